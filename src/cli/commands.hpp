@@ -1,0 +1,11 @@
+// Each `xstage` subcommand registers itself on the top-level CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace xstage::cli {
+
+void add_calibrate_command(CLI::App& app);  // src/cli/calibrate.cpp — measure M_X on this machine
+void add_plan_command(CLI::App& app);       // src/cli/plan.cpp — Burst–Gap verdicts for a pattern or kernel
+
+}  // namespace xstage::cli

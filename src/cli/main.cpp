@@ -1,0 +1,34 @@
+// xstage: measure the X-Stage, predict its back-pressure, and say what to do about it.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "common/run_info.hpp"
+
+int main(int argc, char** argv) {
+  xstage::set_command_line(argc, argv);
+  CLI::App app{
+      "xstage — X-Stage calibration and Burst–Gap planning for GPU-initiated remote stores.\n"
+      "  calibrate  measure T_iss0, R and Q of one-sided NVLink stores on this machine\n"
+      "  plan       predict back-pressure for a burst pattern or a fused kernel"};
+  app.require_subcommand(1);
+  xstage::cli::add_calibrate_command(app);
+  xstage::cli::add_plan_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const xstage::InputError& e) {
+    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    return 2;
+  } catch (const xstage::PlatformError& e) {
+    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

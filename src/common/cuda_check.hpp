@@ -1,0 +1,23 @@
+// Checked CUDA and NCCL calls: every call site names the call that failed and where.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "common/error.hpp"
+
+#define XSTAGE_CUDA_CHECK(expr)                                                              \
+  do {                                                                                       \
+    cudaError_t xstage_err_ = (expr);                                                        \
+    if (xstage_err_ != cudaSuccess) {                                                        \
+      std::ostringstream xstage_os_;                                                         \
+      xstage_os_ << "CUDA error " << cudaGetErrorName(xstage_err_) << " ("                   \
+                 << cudaGetErrorString(xstage_err_) << ") in `" #expr "` at " << __FILE__    \
+                 << ":" << __LINE__;                                                         \
+      throw ::xstage::Error(xstage_os_.str());                                               \
+    }                                                                                        \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors now, execution errors at the next sync.
+#define XSTAGE_CUDA_CHECK_LAUNCH() XSTAGE_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,33 @@
+// Errors that tell the user what was wrong and what to do about it.
+//
+// Library code never calls exit(): it throws xstage::Error, and the CLI turns that into a message on
+// stderr and a non-zero exit status. CUDA and NCCL return codes are checked at every call site with
+// XSTAGE_CUDA_CHECK / XSTAGE_NCCL_CHECK (src/common/cuda_check.hpp).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace xstage {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Invalid user input (arguments, files, shapes). The CLI maps it to exit status 2.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what) {}
+};
+
+// The machine cannot run the request (no GPU, too few GPUs, no peer access). Exit status 3.
+class PlatformError : public Error {
+ public:
+  explicit PlatformError(const std::string& what) : Error(what) {}
+};
+
+// Throws InputError(message) unless `condition` holds.
+void require_input(bool condition, const std::string& message);
+
+}  // namespace xstage

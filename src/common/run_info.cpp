@@ -1,0 +1,60 @@
+#include "common/run_info.hpp"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.hpp"
+
+namespace xstage {
+
+namespace {
+std::string g_command_line;
+}
+
+void set_command_line(int argc, const char* const* argv) {
+  g_command_line.clear();
+  for (int i = 0; i < argc; ++i) {
+    if (i) g_command_line += ' ';
+    g_command_line += argv[i];
+  }
+}
+
+const std::string& command_line() { return g_command_line; }
+
+std::string utc_timestamp() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& doc) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) ensure_directory(p.parent_path().string());
+  std::ofstream out(path);
+  if (!out) throw Error("cannot open '" + path + "' for writing");
+  out << doc.dump(2) << '\n';
+  if (!out) throw Error("failed writing '" + path + "'");
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot open '" + path + "': no such file or not readable");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+void ensure_directory(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw Error("cannot create directory '" + path + "': " + ec.message());
+}
+
+}  // namespace xstage

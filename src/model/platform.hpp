@@ -1,0 +1,75 @@
+// The platform model M_X = (T_iss0(K, V), R, Q(K)) of the Burst–Gap model (paper §3.6), as measured by
+// `xstage calibrate` and read by `xstage plan`. One triple per store path, because Hopper epilogues use
+// both plain st.global stores and TMA bulk stores and the two back-pressure differently.
+//
+// Units: bytes, nanoseconds, and R in bytes/ns (1 byte/ns == 1 GB/s, SI).
+//
+// File format ("xstage.platform/1"), written by write_platform_file() and read by read_platform_file():
+// {
+//   "schema": "xstage.platform/1",
+//   "provisional": false,                  // true for a hand-made file not yet replaced by a calibration
+//   "provenance": { "gpu": "NVIDIA H200", "gpu_count": 2, "sm_count": 132, "driver": "580.159.04",
+//                   "cuda_runtime": "13.0", "nccl": "2.28.9", "topology": "NV18", "pairing": "ring",
+//                   "date": "2026-11-29T23:40:00Z", "command": "xstage calibrate --gpus 2",
+//                   "sm_clock_mhz": 1980.0, "note": "..." },
+//   "store_paths": {
+//     "st_global_16B": {
+//       "R_bytes_per_ns": 717.0,
+//       "T_iss0": [ { "K": 132, "B_bytes": 32768, "T_iss0_ns": 760.0 }, ... ],   // measured grid points
+//       "Q":      [ { "K": 132, "Q_bytes": 4456448 }, ... ],
+//       "fit":    { ... free-form diagnostics from the calibration ... }
+//     },
+//     "tma_bulk": { ... same fields ... }
+//   }
+// }
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace xstage::model {
+
+// The two ways a Hopper epilogue issues remote stores.
+enum class StorePath {
+  st_global_16B,  // plain 16-byte st.global from registers
+  tma_bulk,       // cp.async.bulk from shared memory (issue ends when the source may be reused)
+};
+const char* to_string(StorePath path);
+StorePath store_path_from_string(const std::string& name);  // throws InputError on unknown names
+
+// One measured point of the no-back-pressure issue time T_iss0(K, V), V = K * B.
+struct IssuePoint {
+  int K = 0;
+  std::int64_t B_bytes = 0;
+  double T_iss0_ns = 0.0;
+};
+
+// One measured point of the effective outstanding capacity Q(K).
+struct CapacityPoint {
+  int K = 0;
+  double Q_bytes = 0.0;
+};
+
+// M_X for one store path.
+struct PlatformTriple {
+  double R_bytes_per_ns = 0.0;          // effective aggregate drain rate
+  std::vector<IssuePoint> T_iss0;       // grid of measured (K, B) -> T_iss0
+  std::vector<CapacityPoint> Q;         // measured K -> Q(K)
+  nlohmann::json fit = nlohmann::json::object();  // calibration diagnostics (free-form)
+};
+
+struct PlatformModel {
+  bool provisional = false;
+  nlohmann::json provenance = nlohmann::json::object();
+  std::map<StorePath, PlatformTriple> store_paths;
+};
+
+nlohmann::json to_json(const PlatformModel& model);
+PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name);
+void write_platform_file(const std::string& path, const PlatformModel& model);
+PlatformModel read_platform_file(const std::string& path);  // InputError naming the file and field
+
+}  // namespace xstage::model

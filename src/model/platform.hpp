@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "model/burst_gap.hpp"
+
 namespace xstage::model {
 
 // The two ways a Hopper epilogue issues remote stores.
@@ -71,5 +73,40 @@ nlohmann::json to_json(const PlatformModel& model);
 PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name);
 void write_platform_file(const std::string& path, const PlatformModel& model);
 PlatformModel read_platform_file(const std::string& path);  // InputError naming the file and field
+
+// Checks what platform_from_json checks, on a model built in memory (the calibration's output): at least
+// one store path; per path R > 0, a non-empty T_iss0 grid and Q list with positive finite values and no
+// duplicate points. Throws InputError naming `source_name` and the field. write_platform_file() calls it
+// (and rethrows as xstage::Error, since a bad model there is a program error, not bad input).
+void validate_platform(const PlatformModel& model, const std::string& source_name);
+
+// The triple for one store path; InputError naming the path and those present if the file lacks it.
+const PlatformTriple& store_path_triple(const PlatformModel& model, StorePath path);
+
+// ---------------------------------------------------------------------------------------------
+// Evaluating M_X between measured points. Neither quantity is extrapolated: outside the measured range
+// the nearest measured edge is used and `warning` says on which axis and by how much the query lies
+// outside, so the caller can show it (xstage plan prints every warning).
+// ---------------------------------------------------------------------------------------------
+
+struct Interpolated {
+  double value = 0.0;
+  bool extrapolated = false;  // the query lay outside the measured range; `value` is the clamped edge
+  std::string warning;        // empty unless extrapolated
+};
+
+// T_iss0(K, V) with V = K·B: linear in B within each of the two measured K rows that bracket K, then
+// linear in K between those rows. Rows may have different B grids (calibrations need not be rectangular).
+Interpolated interpolate_T_iss0_ns(const PlatformTriple& triple, int K, double B_bytes);
+
+// Q(K): linear in K between the measured points.
+Interpolated interpolate_Q_bytes(const PlatformTriple& triple, int K);
+
+// M_X at one producer configuration, ready for the closed forms (burst_gap.hpp), plus every warning.
+struct PlatformLookup {
+  PlatformPoint point;
+  std::vector<std::string> warnings;
+};
+PlatformLookup evaluate_platform(const PlatformTriple& triple, int K, double B_bytes);
 
 }  // namespace xstage::model

@@ -1,0 +1,93 @@
+#include "model/units.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace xstage::model {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+// Splits "4.25MiB" into 4.25 and "MiB". Throws unless the number part is a finite, non-negative number.
+std::pair<double, std::string> split_number(const std::string& text, const std::string& what,
+                                            const char* expected) {
+  const std::string s = trim(text);
+  const char* begin = s.c_str();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  if (s.empty() || end == begin)
+    throw InputError(what + ": '" + text + "' is not a number (expected e.g. " + expected + ")");
+  if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is not a finite number");
+  if (value < 0.0) throw InputError(what + ": must not be negative (got '" + text + "')");
+  return {value, trim(std::string(end))};
+}
+
+std::string printf_string(const char* fmt, double a, const char* unit) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, a, unit);
+  return buf;
+}
+
+}  // namespace
+
+double parse_bytes(const std::string& text, const std::string& what) {
+  static const std::vector<std::pair<std::string, double>> kSuffixes = {
+      {"", 1.0},         {"B", 1.0},       {"KiB", KiB},   {"MiB", MiB}, {"GiB", MiB * KiB},
+      {"K", KiB},        {"M", MiB},       {"KB", 1e3},    {"MB", 1e6},  {"GB", 1e9},
+  };
+  const auto [value, suffix] = split_number(text, what, "32768, 32KiB or 4.25MiB");
+  for (const auto& [name, scale] : kSuffixes)
+    if (suffix == name) return value * scale;
+  throw InputError(what + ": unknown size unit '" + suffix + "' in '" + text +
+                   "' (use B, KiB, MiB, GiB, or KB/MB/GB for powers of 1000)");
+}
+
+double parse_time_ns(const std::string& text, const std::string& what) {
+  static const std::vector<std::pair<std::string, double>> kSuffixes = {
+      {"", 1.0}, {"ns", 1.0}, {"us", 1e3}, {"\xC2\xB5s", 1e3}, {"ms", 1e6}, {"s", 1e9},
+  };
+  const auto [value, suffix] = split_number(text, what, "760, 760ns, 0.76us or 1.5ms");
+  for (const auto& [name, scale] : kSuffixes)
+    if (suffix == name) return value * scale;
+  throw InputError(what + ": unknown time unit '" + suffix + "' in '" + text +
+                   "' (use ns, us or ms; a bare number is nanoseconds)");
+}
+
+std::string format_bytes(double bytes) {
+  const double a = std::fabs(bytes);
+  if (a >= MiB * KiB) return printf_string("%.2f %s", bytes / (MiB * KiB), "GiB");
+  if (a >= MiB) return printf_string("%.2f %s", bytes / MiB, "MiB");
+  if (a >= KiB) return printf_string("%.1f %s", bytes / KiB, "KiB");
+  return printf_string("%.0f %s", bytes, "B");
+}
+
+std::string format_time_ns(double ns) {
+  const double a = std::fabs(ns);
+  if (a >= 1e6) return printf_string("%.3g %s", ns / 1e6, "ms");
+  if (a >= 1e3) return printf_string("%.2f %s", ns / 1e3, "us");
+  return printf_string("%.0f %s", ns, "ns");
+}
+
+std::string format_rate(double bytes_per_ns) {
+  // 1 byte/ns == 1 GB/s.
+  if (std::fabs(bytes_per_ns) >= 1e3) return printf_string("%.2f %s", bytes_per_ns / 1e3, "TB/s");
+  return printf_string("%.0f %s", bytes_per_ns, "GB/s");
+}
+
+std::string format_percent(double fraction, bool with_sign) {
+  return printf_string(with_sign ? "%+.1f%s" : "%.1f%s", fraction * 100.0, "%");
+}
+
+}  // namespace xstage::model

@@ -1,0 +1,29 @@
+// Human-readable quantities for the Burst–Gap vocabulary: bytes (binary prefixes, as the paper's MiB),
+// nanoseconds, and drain rates (bytes/ns == GB/s). One place for parsing user input and printing it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace xstage::model {
+
+inline constexpr double KiB = 1024.0;
+inline constexpr double MiB = 1024.0 * 1024.0;
+
+// "32768", "32KiB", "32 KiB", "4.25MiB", "1GiB", "32KB" (KB/MB are taken as SI: 1000, 1000²).
+// Throws InputError naming `what` on anything else (empty, negative, junk suffix, not finite).
+double parse_bytes(const std::string& text, const std::string& what);
+
+// "760", "760ns", "0.76us", "0.76µs", "6 us", "1.5ms". A bare number is nanoseconds.
+double parse_time_ns(const std::string& text, const std::string& what);
+
+// "32.0 KiB", "4.63 MiB", "812 B".
+std::string format_bytes(double bytes);
+// "760 ns", "6.00 us", "1.25 ms".
+std::string format_time_ns(double ns);
+// "717 GB/s", "1.57 TB/s".
+std::string format_rate(double bytes_per_ns);
+// "12.3%" with a sign when asked.
+std::string format_percent(double fraction, bool with_sign = false);
+
+}  // namespace xstage::model

@@ -1,1 +1,0 @@
-// placeholder: being written (issue 4)

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const xstage::ExitStatus& e) {
+    return e.code();
   } catch (const xstage::InputError& e) {
     std::fprintf(stderr, "xstage: error: %s\n", e.what());
     return 2;

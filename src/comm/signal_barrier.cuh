@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "common/device_clock.cuh"
+
 namespace xstage::comm {
 
 constexpr int kMaxLsaRanks = 72;  // an NVL72 rack
@@ -15,11 +17,6 @@ struct DeviceWaitError {
   std::uint32_t epoch;         // the epoch that was awaited
 };
 
-__device__ __forceinline__ std::uint64_t global_timer_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 struct SignalBarrierView {
   std::uint32_t* local_flags;                 // flags[src]: last epoch signalled by rank src
@@ -28,6 +25,7 @@ struct SignalBarrierView {
   int rank;
   int world;
 
+#if defined(__CUDACC__)
   // Call from ONE thread, after the writes this barrier must publish (e.g. after __syncthreads in the
   // writing CTA, or at the start of a later kernel). Release at system scope publishes them to peers.
   __device__ bool arrive_and_wait(std::uint32_t epoch, std::uint64_t timeout_ns) const {
@@ -53,6 +51,7 @@ struct SignalBarrierView {
     }
     return true;
   }
+#endif
 };
 
 }  // namespace xstage::comm

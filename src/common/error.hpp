@@ -27,6 +27,18 @@ class PlatformError : public Error {
   explicit PlatformError(const std::string& what) : Error(what) {}
 };
 
+// Not an error message: the process should exit with `code` (e.g. the status of a failed rank that
+// already reported why). main() returns it without printing anything.
+class ExitStatus : public std::exception {
+ public:
+  explicit ExitStatus(int code) : code_(code) {}
+  int code() const { return code_; }
+  const char* what() const noexcept override { return "exit status"; }
+
+ private:
+  int code_;
+};
+
 // Throws InputError(message) unless `condition` holds.
 void require_input(bool condition, const std::string& message);
 

@@ -65,6 +65,14 @@ double parse_time_ns(const std::string& text, const std::string& what) {
                    "' (use ns, us or ms; a bare number is nanoseconds)");
 }
 
+double per_sm_time_ns(double flops, double tflops, int sm_count) {
+  if (!std::isfinite(flops) || flops <= 0.0) throw InputError("FLOP count must be positive");
+  if (!std::isfinite(tflops) || tflops <= 0.0)
+    throw InputError("the TFLOP/s throughput assumption must be positive (got " + std::to_string(tflops) + ")");
+  if (sm_count <= 0) throw InputError("the SM count must be positive (got " + std::to_string(sm_count) + ")");
+  return flops * sm_count / (tflops * 1e3);
+}
+
 std::string format_bytes(double bytes) {
   const double a = std::fabs(bytes);
   if (a >= MiB * KiB) return printf_string("%.2f %s", bytes / (MiB * KiB), "GiB");

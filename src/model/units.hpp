@@ -17,6 +17,11 @@ double parse_bytes(const std::string& text, const std::string& what);
 // "760", "760ns", "0.76us", "0.76µs", "6 us", "1.5ms". A bare number is nanoseconds.
 double parse_time_ns(const std::string& text, const std::string& what);
 
+// Time for one SM to do `flops` when the whole GPU sustains `tflops` TFLOP/s spread evenly over
+// `sm_count` SMs (1 TFLOP/s == 1000 FLOP/ns). How the audits turn a throughput assumption into mainloop
+// times. Throws InputError unless all three are positive.
+double per_sm_time_ns(double flops, double tflops, int sm_count);
+
 // "32.0 KiB", "4.63 MiB", "812 B".
 std::string format_bytes(double bytes);
 // "760 ns", "6.00 us", "1.25 ms".

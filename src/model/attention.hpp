@@ -1,0 +1,77 @@
+// FlashAttention with the post-attention Ulysses all-to-all fused into its epilogue: piggyback on the
+// Q-loop (paper §4.3, BRIEF §4).
+//
+// Each persistent CTA that finishes a b_m×d output tile remote-stores it (B_t = b_m·d·s_out bytes) and
+// starts its next tile; the next tile's full Q-loop over ceil(M/b_n) KV tiles is the drain window.
+// Conservatively all K producers align: V = K·B_t, and the gap is bounded below by σ·ceil(M/b_n).
+// Equation numbers: the summary contrasts "Eq. 17 and 18" (completion-coupled vs X-Stage); we read
+// Eq. 16 = Δt^cc, Eq. 17 = E^cc = N_t·Δt^cc, Eq. 18 = Δt(M) = [V/R − G_Qloop(M) − T_iss0]+.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/burst_gap.hpp"
+
+namespace xstage::model {
+
+// B_t = b_m·d·s_out (§4.3 design audit).
+double attention_tile_bytes(int b_m, int head_dim, int out_bytes);
+
+// Conservative lower bound of the Q-loop gap (§4.3, convergence bound): G_Qloop(M) ≥ σ·ceil(M/b_n).
+double qloop_gap_lower_bound_ns(double sigma_ns, std::int64_t M, int b_n);
+
+// Sufficient sequence length (§4.3): M_ub* = b_n·ceil(G*/σ). Every M ≥ M_ub* satisfies both bounds when
+// the capacity bound holds.
+std::int64_t sufficient_seq_len(double G_star_ns, double sigma_ns, int b_n);
+
+// σ, the time per KV tile of one CTA, from a whole-GPU throughput assumption: QK^T and PV are
+// 4·b_m·b_n·d FLOP per KV tile, and K_SM SMs share the throughput.
+double sigma_from_throughput_ns(int b_m, int b_n, int head_dim, double tflops, int K_SM);
+
+struct AttentionKernel {
+  int b_m = 128;            // query rows per output tile
+  int b_n = 128;            // KV rows per KV tile
+  int head_dim = 128;       // d
+  int out_bytes = 2;        // s_out (bf16 = 2)
+  int K = 0;                // concurrent producers (persistent CTAs), worst case all aligned
+  double sigma_ns = 0.0;    // σ, Q-loop time per KV tile
+  double G_QK_ns = 0.0;     // double-buffered cover window, about one QK^T mainloop
+  double T_lat_ns = 0.0;    // fixed completion latency of the completion-coupled counterfactual (Eq. 16)
+  std::int64_t heads = 1;   // heads on this rank (H/P under Ulysses)
+  std::int64_t batch = 1;
+};
+
+// One sequence length.
+struct AttentionPoint {
+  std::int64_t M = 0;
+  double G_Qloop_ns = 0.0;   // σ·ceil(M/b_n)
+  std::int64_t tiles = 0;    // output tiles on this rank: ceil(M/b_m)·heads·batch
+  std::int64_t N_t = 0;      // output-tile waves: ceil(tiles/K)
+  double dt_ns = 0.0;        // Δt(M) = [V/R − G_Qloop − T_iss0]+, issue-side back-pressure (Eq. 18)
+  double dt_critical_ns = 0.0;  // Δt'(M) = [Δt − G_QK]+, what reaches the compute critical path
+  double E_drain_ns = 0.0;   // N_t·Δt'(M): predicted drain-induced residual under the X-Stage (§4.3)
+  double dt_cc_ns = 0.0;     // Δt^cc = [V/R + T_lat − T_cover]+ with T_cover = G_QK (Eq. 16)
+  double E_cc_ns = 0.0;      // E^cc = N_t·Δt^cc: the completion-coupled counterfactual, grows ∝ M (Eq. 17)
+  DesignTest test;           // Eq. 10 at G = G_Qloop(M)
+};
+
+struct AttentionAudit {
+  AttentionKernel kernel;
+  double B_bytes = 0.0;  // B_t
+  double V_bytes = 0.0;  // K·B_t
+  double G_star_ns = 0.0;
+  double q_peak_bytes = 0.0;
+  bool capacity_bound_holds = false;
+  std::int64_t M_ub = 0;  // M_ub*
+  std::vector<AttentionPoint> points;  // one per requested M, in the order given
+  Verdict verdict = Verdict::piggyback;  // the worst over the requested M
+  std::string action;
+};
+
+// Throws InputError for non-positive shapes, σ, K or M, and for an empty M list.
+AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& kernel,
+                               const std::vector<std::int64_t>& seq_lens);
+
+}  // namespace xstage::model

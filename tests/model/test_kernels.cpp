@@ -1,0 +1,181 @@
+// The kernel audits: MegaMoE interleaving (Eq. 12–15, D_knee) and FlashAttention–A2A (Eq. 16–18, M_ub*).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.hpp"
+#include "model/attention.hpp"
+#include "model/moe.hpp"
+#include "model/units.hpp"
+
+namespace xstage::model {
+namespace {
+
+constexpr PlatformPoint kPaper{760.0, 717.0, 4.25 * MiB};
+
+AttentionKernel paper_attention() {
+  AttentionKernel k;
+  k.b_m = 128;
+  k.b_n = 128;
+  k.head_dim = 128;
+  k.out_bytes = 2;
+  k.K = 148;
+  k.sigma_ns = 790.0;  // the paper's 0.79 us per KV tile
+  k.G_QK_ns = 395.0;
+  k.T_lat_ns = 1000.0;
+  k.heads = 24;
+  k.batch = 1;
+  return k;
+}
+
+TEST(AttentionAudit, PaperSufficientLengthIsAboutOneKTokens) {
+  // B_t = 128·128·2 = 32 KiB, V = 148·32 KiB, G* ≈ 6.0 us, M_ub* = 128·ceil(6003.8/790) = 128·8 = 1024.
+  EXPECT_DOUBLE_EQ(attention_tile_bytes(128, 128, 2), 32 * KiB);
+  const AttentionAudit a = audit_attention(kPaper, paper_attention(), {512, 1024, 8192});
+  EXPECT_DOUBLE_EQ(a.V_bytes, 148 * 32 * KiB);
+  EXPECT_NEAR(a.G_star_ns, 6003.8, 0.1);
+  EXPECT_EQ(a.M_ub, 1024);
+  EXPECT_NEAR(a.M_ub / 1000.0, 1.0, 0.05);
+  EXPECT_TRUE(a.capacity_bound_holds);
+  // M = 512 (4 KV tiles, 3.16 us) is below M_ub*, M = 1024 (8 tiles, 6.32 us) and 8K are above.
+  EXPECT_EQ(a.points[0].test.verdict, Verdict::reshape);
+  EXPECT_NEAR(a.points[0].dt_ns, 6003.8 - 4 * 790.0, 0.1);
+  EXPECT_EQ(a.points[1].test.verdict, Verdict::piggyback);
+  EXPECT_EQ(a.points[2].test.verdict, Verdict::piggyback);
+  EXPECT_DOUBLE_EQ(a.points[2].G_Qloop_ns, 64 * 790.0);
+  EXPECT_EQ(a.verdict, Verdict::reshape);  // the worst over the requested lengths
+  // Every M at or past M_ub* passes, every M below it fails (tile-aligned bound is tight).
+  for (std::int64_t M = 128; M <= 4096; M += 128) {
+    const AttentionAudit b = audit_attention(kPaper, paper_attention(), {M});
+    EXPECT_EQ(b.points[0].test.rate_bound_holds, M >= a.M_ub) << "M=" << M;
+  }
+}
+
+TEST(AttentionAudit, DrainResidualStaysFlatWhileCompletionCoupledGrowsWithM) {
+  const AttentionAudit a = audit_attention(kPaper, paper_attention(), {8192, 16384, 32768, 65536});
+  for (const AttentionPoint& pt : a.points) {
+    EXPECT_DOUBLE_EQ(pt.E_drain_ns, 0.0) << pt.M;  // X-Stage: the Q-loop drains each burst
+    // N_t = ceil(ceil(M/128)·24 / 148) output-tile waves.
+    EXPECT_EQ(pt.N_t, (pt.M / 128 * 24 + 147) / 148);
+    EXPECT_NEAR(pt.dt_cc_ns, 4849664.0 / 717.0 + 1000.0 - 395.0, 1e-6);
+    EXPECT_NEAR(pt.E_cc_ns, pt.N_t * pt.dt_cc_ns, 1e-6);
+  }
+  // E_cc doubles with M (N_t ∝ M).
+  EXPECT_NEAR(a.points[3].E_cc_ns / a.points[2].E_cc_ns, 2.0, 0.01);
+  EXPECT_EQ(a.verdict, Verdict::piggyback);
+}
+
+TEST(AttentionAudit, ShortSequencesLeaveADrainResidualOnTheCriticalPath) {
+  AttentionKernel k = paper_attention();
+  const AttentionAudit a = audit_attention(kPaper, k, {256});  // 2 KV tiles: G = 1.58 us
+  const AttentionPoint& pt = a.points[0];
+  EXPECT_NEAR(pt.dt_ns, 6003.8 - 1580.0, 0.1);
+  EXPECT_NEAR(pt.dt_critical_ns, pt.dt_ns - 395.0, 1e-9);
+  EXPECT_NEAR(pt.E_drain_ns, pt.N_t * pt.dt_critical_ns, 1e-9);
+  EXPECT_EQ(pt.tiles, 2 * 24);
+  EXPECT_EQ(pt.N_t, 1);
+}
+
+TEST(AttentionAudit, SigmaFromThroughputAndBadInput) {
+  // 4·128·128·128 FLOP per KV tile on one of 132 SMs at 600 TFLOP/s: 8.39e6·132/6e5 ns.
+  EXPECT_NEAR(sigma_from_throughput_ns(128, 128, 128, 600.0, 132), 4.0 * 128 * 128 * 128 * 132 / 6e5, 1e-9);
+  EXPECT_THROW(audit_attention(kPaper, paper_attention(), {}), InputError);
+  EXPECT_THROW(audit_attention(kPaper, paper_attention(), {0}), InputError);
+  AttentionKernel k = paper_attention();
+  k.sigma_ns = 0.0;
+  EXPECT_THROW(audit_attention(kPaper, k, {1024}), InputError);
+  k = paper_attention();
+  k.head_dim = -128;
+  EXPECT_THROW(audit_attention(kPaper, k, {1024}), InputError);
+}
+
+TEST(MoeInterleave, UsefulWorkCancelsIssueOverheadOneForOne) {
+  const double V = 132 * 16 * KiB;  // ≈ 3016 ns of drain; G* = 2256 ns
+  const double G_star = recovery_gap_ns(kPaper, V);
+  const InterleaveTest t = interleave_test(kPaper, V, 600.0, 500.0, 1.0, 2.0);
+  EXPECT_DOUBLE_EQ(t.G_wave_ns, 500.0);
+  EXPECT_DOUBLE_EQ(t.G_int_ns, 500.0 + 0.5 * 600.0);                        // Eq. 12
+  EXPECT_NEAR(t.dT_iss_wave_ns, G_star - 500.0, 1e-9);                      // Eq. 9
+  EXPECT_NEAR(t.dT_iss_int_ns, G_star - 500.0 - 300.0, 1e-9);               // Eq. 13
+  EXPECT_NEAR(t.dT_iss_int_ns, issue_overhead_ns(kPaper, V, t.G_int_ns), 1e-9);
+  EXPECT_FALSE(t.sufficient);
+  // Eq. 14 is the rate bound at G_int: sufficient exactly when G_int ≥ G*.
+  for (double T_L1 : {1000.0, 3000.0, 3512.0, 3513.0, 6000.0}) {
+    const InterleaveTest u = interleave_test(kPaper, V, T_L1, 500.0, 1.0, 2.0);
+    EXPECT_EQ(u.sufficient, u.G_int_ns >= G_star) << T_L1;
+    EXPECT_EQ(u.sufficient, u.dT_iss_int_ns == 0.0) << T_L1;
+  }
+}
+
+TEST(MoeInterleave, AntiStarvationLeadAndStall) {
+  // D_knee = ceil(b_n·K_SM / (2·h_inter)).
+  EXPECT_EQ(anti_starvation_lead_rows(128, 132, 768), 11);   // 16896/1536 = 11 exactly
+  EXPECT_EQ(anti_starvation_lead_rows(128, 132, 1024), 9);   // 8.25 -> 9
+  EXPECT_EQ(anti_starvation_lead_rows(256, 148, 2048), 10);  // 9.25 -> 10
+  EXPECT_THROW(anti_starvation_lead_rows(128, 132, 0), InputError);
+  // Eq. 15.
+  EXPECT_DOUBLE_EQ(critical_path_stall_ns(3000.0, 1000.0), 2000.0);
+  EXPECT_DOUBLE_EQ(critical_path_stall_ns(800.0, 1000.0), 0.0);
+  EXPECT_NEAR(remote_store_span_ns(kPaper, 148 * 32 * KiB, 1000.0), 6003.8 - 1000.0 + 760.0, 0.1);
+}
+
+TEST(MoeAudit, FineGrainedExpertsNeedInterleaving) {
+  // h = 4096, fine-grained h_inter = 256, 128x128 bf16 tiles, 800 TFLOP/s on 132 SMs:
+  // T_L1 ≈ 22.1 us (reduces over h), T_L2 ≈ 1.38 us (reduces over h_inter).
+  const MoeMainloopTimes times = moe_mainloop_times(128, 128, 4096, 256, 800.0, 132);
+  EXPECT_NEAR(times.T_L1_ns, 2.0 * 128 * 128 * 4096 * 132 / 8e5, 1e-9);
+  EXPECT_NEAR(times.T_L2_ns, 2.0 * 128 * 128 * 256 * 132 / 8e5, 1e-9);
+  MoeKernel k;
+  k.b_m = 128;
+  k.b_n = 128;
+  k.out_bytes = 2;
+  k.K_act = 66;
+  k.T_L1_ns = times.T_L1_ns;
+  k.T_L2_ns = times.T_L2_ns;
+  k.mix = natural_tile_mix(4096, 256);
+  k.K_SM = 132;
+  k.h_inter = 256;
+  EXPECT_DOUBLE_EQ(k.mix.n1 / k.mix.n2, 512.0 / 4096.0);
+  const MoeAudit a = audit_moe(kPaper, k);
+  EXPECT_DOUBLE_EQ(a.V_bytes, 66 * 32 * KiB);
+  // G* = 66·32 KiB / 717 − 760 ≈ 2256 ns > G_wave = T_L2 ≈ 1384 ns; G_int = T_L2 + T_L1/8 ≈ 4152 ns.
+  EXPECT_FALSE(a.wave.rate_bound_holds);
+  EXPECT_TRUE(a.interleave.sufficient);
+  EXPECT_EQ(a.verdict, Verdict::reshape);
+  ASSERT_TRUE(a.D_knee_rows.has_value());
+  EXPECT_EQ(*a.D_knee_rows, 33);  // ceil(128·132 / 512)
+  EXPECT_NEAR(a.T_RS_wave_ns, 760.0 + (66 * 32 * KiB / 717.0 - 760.0 - times.T_L2_ns), 1e-6);
+  EXPECT_NEAR(a.stall_wave_ns, a.T_RS_wave_ns - k.T_L2_ns, 1e-9);
+  EXPECT_GT(a.stall_wave_ns, 0.0);
+  EXPECT_DOUBLE_EQ(a.interleave.dT_iss_int_ns, 0.0);
+  EXPECT_DOUBLE_EQ(a.stall_int_ns, 0.0);
+  EXPECT_NE(a.action.find("D_knee = 33"), std::string::npos) << a.action;
+
+  // Few aligned producers: the wave schedule already passes.
+  k.K_act = 8;
+  EXPECT_EQ(audit_moe(kPaper, k).verdict, Verdict::piggyback);
+  // All 132 aligned: capacity holds (q_peak ≈ 3.6 MiB) but G_int ≈ 4152 ns < G* ≈ 5272 ns, so
+  // interleaving alone is not enough and the burst must shrink as well.
+  k.K_act = 132;
+  const MoeAudit big = audit_moe(kPaper, k);
+  EXPECT_TRUE(big.wave.capacity_bound_holds);
+  EXPECT_FALSE(big.interleave.sufficient);
+  EXPECT_GT(big.interleave.dT_iss_int_ns, 0.0);
+  EXPECT_EQ(big.verdict, Verdict::shrink_burst);
+  EXPECT_NE(big.action.find("also shrink"), std::string::npos) << big.action;
+  // Wider tiles overflow Q on their own.
+  k.b_n = 256;
+  const MoeAudit huge = audit_moe(kPaper, k);
+  EXPECT_FALSE(huge.wave.capacity_bound_holds);
+  EXPECT_EQ(huge.verdict, Verdict::shrink_burst);
+  EXPECT_NE(huge.action.find("overflows Q"), std::string::npos) << huge.action;
+  // Bad input.
+  k.K_act = 200;
+  EXPECT_THROW(audit_moe(kPaper, k), InputError);
+  k.K_act = 8;
+  k.mix = {0.0, 1.0};
+  EXPECT_THROW(audit_moe(kPaper, k), InputError);
+}
+
+}  // namespace
+}  // namespace xstage::model

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -184,6 +185,24 @@ TEST(FitPlatformTriple, GapSweepPointsNeverEnterTheFit) {
   for (std::size_t i = 0; i < a.Q.size(); ++i) EXPECT_EQ(a.Q[i].Q_bytes, b.Q[i].Q_bytes);
 }
 
+// What the fit returns must be a valid platform file for `xstage plan` and survive a round trip.
+TEST(FitPlatformTriple, OutputIsAValidPlatformFile) {
+  model::PlatformModel platform;
+  platform.store_paths[StorePath::st_global_16B] =
+      fit_platform_triple(make_synthetic_samples(Truth{}, SweepPlan{}), StorePath::st_global_16B, kHeldOut).triple;
+  EXPECT_NO_THROW(model::validate_platform(platform, "fit output"));
+  const std::string path = ::testing::TempDir() + "xstage_fit_platform.json";
+  model::write_platform_file(path, platform);
+  const auto back = model::read_platform_file(path);
+  const auto& a = platform.store_paths.at(StorePath::st_global_16B);
+  const auto& b = back.store_paths.at(StorePath::st_global_16B);
+  EXPECT_DOUBLE_EQ(a.R_bytes_per_ns, b.R_bytes_per_ns);
+  EXPECT_EQ(a.T_iss0.size(), b.T_iss0.size());
+  EXPECT_EQ(a.Q.size(), b.Q.size());
+  EXPECT_EQ(b.fit["held_out_K"], nlohmann::json({24, 99}));
+  std::remove(path.c_str());
+}
+
 // ---- interpolate_T_iss0_ns and the predictions ----
 
 model::PlatformTriple small_grid() {
@@ -243,22 +262,12 @@ TEST(SyntheticArtefacts, WritesSamplesWhenAsked) {
   samples.insert(samples.end(), more.begin(), more.end());
   write_samples_csv(std::string(dir) + "/samples.csv", samples);
 
-  // platform.json in the "xstage.platform/1" layout (src/model/platform.hpp), built here so this
-  // test does not need the model library's writer.
-  nlohmann::json paths = nlohmann::json::object();
-  for (StorePath p : {StorePath::st_global_16B, StorePath::tma_bulk}) {
-    const auto t = fit_platform_triple(samples, p, kHeldOut).triple;
-    nlohmann::json issue = nlohmann::json::array(), cap = nlohmann::json::array();
-    for (const auto& q : t.T_iss0) issue.push_back({{"K", q.K}, {"B_bytes", q.B_bytes}, {"T_iss0_ns", q.T_iss0_ns}});
-    for (const auto& q : t.Q) cap.push_back({{"K", q.K}, {"Q_bytes", q.Q_bytes}});
-    paths[p == StorePath::tma_bulk ? "tma_bulk" : "st_global_16B"] = {
-        {"R_bytes_per_ns", t.R_bytes_per_ns}, {"T_iss0", issue}, {"Q", cap}, {"fit", t.fit}};
-  }
-  std::ofstream(std::string(dir) + "/platform.json")
-      << nlohmann::json{{"schema", "xstage.platform/1"}, {"provisional", true},
-                        {"provenance", {{"note", "synthetic (tests/calibration/fit_test.cpp)"}}},
-                        {"store_paths", paths}}
-             .dump(2);
+  model::PlatformModel platform;
+  platform.provisional = true;
+  platform.provenance = {{"note", "synthetic (tests/calibration/fit_test.cpp)"}};
+  for (StorePath p : {StorePath::st_global_16B, StorePath::tma_bulk})
+    platform.store_paths[p] = fit_platform_triple(samples, p, kHeldOut).triple;
+  model::write_platform_file(std::string(dir) + "/platform.json", platform);
 }
 
 }  // namespace

@@ -1,5 +1,679 @@
-// placeholder: being written (issue 3)
+// `xstage plan`: Burst–Gap verdicts (paper §4.1) for a burst pattern, a MegaMoE kernel or a fused
+// FlashAttention–A2A kernel, against a platform file (M_X per store path).
+//
+//   xstage plan pattern   --producers K (--burst B | --volume V) --gap G[,G...] [--simulate ...]
+//   xstage plan moe       --producers K_act --tile 128x128 (--t-l1 T --t-l2 T | --hidden h --inter h_i --tflops X)
+//   xstage plan attention --seq-len M[,M...] (--sigma T | --tflops X) [--tile 128x128 --head-dim 128 ...]
+//
+// Common: --platform FILE (default: the shipped platforms/h200_nvlink4.json), --store-path, --json.
+// All arithmetic lives in src/model; this file parses, validates, and prints.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "model/attention.hpp"
+#include "model/burst_gap.hpp"
+#include "model/moe.hpp"
+#include "model/platform.hpp"
+#include "model/simulator.hpp"
+#include "model/units.hpp"
+
 namespace xstage::cli {
-void add_plan_command(CLI::App& app) { app.add_subcommand("plan", "predict back-pressure (not yet built)"); }
+
+namespace {
+
+using namespace xstage::model;
+using nlohmann::json;
+
+constexpr const char* kDefaultPlatform = "platforms/h200_nvlink4.json";
+
+// ---------------------------------------------------------------------------------------------
+// Options and their validation. Everything the user types is checked here, so a typo fails with a
+// message naming the option (exit 2) before any arithmetic.
+// ---------------------------------------------------------------------------------------------
+
+// Limits beyond which an input is surely a typo (units confused, an extra zero or three).
+constexpr long kMaxProducers = 1'000'000;
+constexpr double kMaxBurstBytes = 64.0 * MiB * KiB;  // 64 GiB aggregate
+constexpr double kMaxTimeNs = 10e9;                  // 10 s
+constexpr long kMaxTileDim = 65536;
+
+struct CommonOptions {
+  std::string platform_file;
+  std::string store_path = "st_global_16B";
+  bool json = false;
+};
+
+struct SimulationOptions {
+  bool simulate = false;
+  std::string stagger = "0";
+  std::string jitter = "0";
+  int bursts = 100;
+  std::uint64_t seed = 1;
+};
+
+struct PatternOptions {
+  long K = 0;
+  std::string burst, volume;
+  std::vector<std::string> gaps;
+  SimulationOptions sim;
+};
+
+struct MoeOptions {
+  long K_act = 0;
+  std::string tile = "128x128";
+  int out_bytes = 2;
+  std::string t_l1, t_l2;
+  long hidden = 0, inter = 0;
+  double tflops = 0.0;
+  std::string mix;
+  long sms = 0;
+};
+
+struct AttentionOptions {
+  std::string tile = "128x128";
+  long head_dim = 128;
+  int out_bytes = 2;
+  long K = 0;
+  std::string sigma;
+  double tflops = 0.0;
+  std::vector<std::int64_t> seq_lens;
+  long heads = 1, batch = 1;
+  std::string t_qk, t_lat = "1us";
+  long sms = 0;
+};
+
+void require_range(double value, double lo, double hi, const std::string& option, const std::string& what) {
+  if (!(value >= lo))
+    throw InputError(option + ": " + what + " must be at least " + std::to_string(static_cast<long long>(lo)) +
+                     " (got " + std::to_string(value) + ")");
+  if (value > hi)
+    throw InputError(option + ": " + what + " of " + std::to_string(value) + " is absurd (limit " +
+                     std::to_string(hi) + "); check the units");
+}
+
+int checked_int(long value, long lo, long hi, const std::string& option, const std::string& what) {
+  require_range(static_cast<double>(value), static_cast<double>(lo), static_cast<double>(hi), option, what);
+  return static_cast<int>(value);
+}
+
+double positive_time(const std::string& text, const std::string& option) {
+  const double ns = parse_time_ns(text, option);
+  if (ns <= 0.0) throw InputError(option + ": must be a positive time (got '" + text + "')");
+  require_range(ns, 0.0, kMaxTimeNs, option, "time (ns)");
+  return ns;
+}
+
+double non_negative_time(const std::string& text, const std::string& option) {
+  const double ns = parse_time_ns(text, option);
+  require_range(ns, 0.0, kMaxTimeNs, option, "time (ns)");
+  return ns;
+}
+
+// "128x128" -> {128, 128}
+std::pair<int, int> parse_tile(const std::string& text, const std::string& option) {
+  const auto x = text.find_first_of("xX");
+  if (x == std::string::npos) throw InputError(option + ": expected b_m x b_n, e.g. 128x128 (got '" + text + "')");
+  auto dim = [&](const std::string& part, const char* name) {
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size())
+      throw InputError(option + ": '" + part + "' in '" + text + "' is not an integer " + name);
+    return checked_int(v, 1, kMaxTileDim, option, name);
+  };
+  return {dim(text.substr(0, x), "b_m"), dim(text.substr(x + 1), "b_n")};
+}
+
+// "1:2" -> {1, 2}
+TileMix parse_mix(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) throw InputError("--mix: expected n1:n2, e.g. 3:8 (got '" + text + "')");
+  auto part = [&](const std::string& s, const char* name) {
+    std::size_t used = 0;
+    double v = 0.0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || !(v > 0.0) || v > 1e6)
+      throw InputError(std::string("--mix: ") + name + " must be a positive number (got '" + s + "' in '" + text + "')");
+    return v;
+  };
+  return {part(text.substr(0, colon), "n1"), part(text.substr(colon + 1), "n2")};
+}
+
+int checked_out_bytes(int out_bytes) {
+  if (out_bytes != 1 && out_bytes != 2 && out_bytes != 4 && out_bytes != 8)
+    throw InputError("--out-bytes: output element size must be 1, 2, 4 or 8 bytes (got " + std::to_string(out_bytes) + ")");
+  return out_bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The platform file.
+// ---------------------------------------------------------------------------------------------
+
+std::string default_platform_file() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / ".." / kDefaultPlatform);  // <repo>/build/xstage
+#ifdef XSTAGE_SOURCE_DIR
+  candidates.push_back(fs::path(XSTAGE_SOURCE_DIR) / kDefaultPlatform);
+#endif
+  std::string looked;
+  for (const fs::path& c : candidates) {
+    if (fs::exists(c, ec)) return fs::weakly_canonical(c, ec).string();
+    looked += (looked.empty() ? "" : ", ") + c.string();
+  }
+  throw InputError("no --platform given and the shipped " + std::string(kDefaultPlatform) +
+                   " was not found (looked in: " + looked + "); pass --platform FILE");
+}
+
+struct Platform {
+  std::string file;
+  PlatformModel model;
+  StorePath path = StorePath::st_global_16B;
+  const PlatformTriple* triple = nullptr;
+  int sm_count = 132;  // from provenance when present: the default K for attention, K_SM for MoE
+};
+
+Platform load_platform(const CommonOptions& o) {
+  Platform p;
+  p.file = o.platform_file.empty() ? default_platform_file() : o.platform_file;
+  p.model = read_platform_file(p.file);
+  p.path = store_path_from_string(o.store_path);
+  p.triple = &store_path_triple(p.model, p.path);
+  const json& prov = p.model.provenance;
+  if (prov.contains("sm_count") && prov.at("sm_count").is_number_integer() && prov.at("sm_count").get<int>() > 0)
+    p.sm_count = prov.at("sm_count").get<int>();
+  return p;
+}
+
+// M_X at (K, B) plus the interpolation warnings, printed on stderr so --json output stays parseable.
+PlatformLookup lookup(const Platform& p, int K, double B_bytes) {
+  PlatformLookup look = evaluate_platform(*p.triple, K, B_bytes);
+  for (const std::string& w : look.warnings) std::fprintf(stderr, "xstage: warning: %s\n", w.c_str());
+  return look;
+}
+
+void print_platform_header(const Platform& p, const PlatformPoint& pt) {
+  std::printf("platform  %s  [%s]%s\n", p.file.c_str(), to_string(p.path),
+              p.model.provisional ? "  PROVISIONAL: the paper's numbers, not measured here (run xstage calibrate)"
+                                  : "");
+  std::printf("  M_X     T_iss0 = %s   R = %s   Q = %s\n", format_time_ns(pt.T_iss0_ns).c_str(),
+              format_rate(pt.R_bytes_per_ns).c_str(), format_bytes(pt.Q_bytes).c_str());
+}
+
+json platform_json(const Platform& p, const PlatformLookup& look) {
+  return {{"file", p.file},
+          {"provisional", p.model.provisional},
+          {"store_path", to_string(p.path)},
+          {"T_iss0_ns", look.point.T_iss0_ns},
+          {"R_bytes_per_ns", look.point.R_bytes_per_ns},
+          {"Q_bytes", look.point.Q_bytes},
+          {"warnings", look.warnings}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing one design test (Eq. 10).
+// ---------------------------------------------------------------------------------------------
+
+const char* holds(bool ok) { return ok ? "holds " : "BROKEN"; }
+
+void print_design_test(const DesignTest& t) {
+  const PlatformPoint& p = t.platform;
+  std::printf("\nverdict   %s\n", to_string(t.verdict));
+  std::printf("  rate bound      %s  V/(T_iss0+G) = %s  vs R = %s   (margin %s)\n", holds(t.rate_bound_holds),
+              format_rate(t.injection_rate_bytes_per_ns).c_str(), format_rate(p.R_bytes_per_ns).c_str(),
+              format_percent(t.rate_margin, true).c_str());
+  std::printf("                          G = %s  vs G* = V/R - T_iss0 = %s   (margin %s)\n",
+              format_time_ns(t.G_ns).c_str(), format_time_ns(t.G_star_ns).c_str(),
+              format_time_ns(t.gap_margin_ns).c_str());
+  std::printf("  capacity bound  %s  q_peak = V - R*T_iss0 = %s  vs Q = %s   (margin %s)\n",
+              holds(t.capacity_bound_holds), format_bytes(t.q_peak_bytes).c_str(), format_bytes(p.Q_bytes).c_str(),
+              format_bytes(t.capacity_margin_bytes).c_str());
+  std::printf("  predicted       T_iss = %s (overhead %s)   T_period = %s   completion-coupled would be %s\n",
+              format_time_ns(t.T_iss_ns).c_str(), format_time_ns(t.dT_iss_ns).c_str(),
+              format_time_ns(t.T_period_ns).c_str(), format_time_ns(t.T_period_cc_ns).c_str());
+  std::printf("\naction    %s\n", t.action.c_str());
+}
+
+json design_test_json(const DesignTest& t) {
+  return {{"verdict", to_string(t.verdict)},
+          {"action", t.action},
+          {"V_bytes", t.V_bytes},
+          {"G_ns", t.G_ns},
+          {"G_star_ns", t.G_star_ns},
+          {"gap_margin_ns", t.gap_margin_ns},
+          {"rate_bound", {{"holds", t.rate_bound_holds},
+                          {"injection_bytes_per_ns", t.injection_rate_bytes_per_ns},
+                          {"R_bytes_per_ns", t.platform.R_bytes_per_ns},
+                          {"margin", t.rate_margin},
+                          {"V_max_bytes", t.V_max_rate_bytes}}},
+          {"capacity_bound", {{"holds", t.capacity_bound_holds},
+                              {"q_peak_bytes", t.q_peak_bytes},
+                              {"Q_bytes", t.platform.Q_bytes},
+                              {"margin_bytes", t.capacity_margin_bytes},
+                              {"V_max_bytes", t.V_max_capacity_bytes}}},
+          {"predicted", {{"T_iss_ns", t.T_iss_ns},
+                         {"dT_iss_ns", t.dT_iss_ns},
+                         {"T_period_ns", t.T_period_ns},
+                         {"T_period_completion_coupled_ns", t.T_period_cc_ns},
+                         {"T_iso_ns", t.T_iso_ns}}}};
+}
+
+json distribution_json(const Distribution& d) {
+  return {{"count", d.count}, {"median", d.median}, {"p10", d.p10}, {"p90", d.p90},
+          {"mean", d.mean},   {"min", d.min},       {"max", d.max}};
+}
+
+void emit_json(const json& doc) { std::cout << doc.dump(2) << '\n'; }
+
+// ---------------------------------------------------------------------------------------------
+// plan pattern
+// ---------------------------------------------------------------------------------------------
+
+struct PatternInput {
+  int K = 0;
+  double B_bytes = 0.0;
+  std::vector<double> gaps_ns;
+  SimulationConfig sim;  // platform, G filled per gap
+};
+
+PatternInput validate_pattern(const PatternOptions& o) {
+  PatternInput in;
+  in.K = checked_int(o.K, 1, kMaxProducers, "--producers", "K");
+  if (o.burst.empty() == o.volume.empty())
+    throw InputError("give exactly one of --burst (bytes per producer) and --volume (aggregate bytes V = K*B)");
+  if (!o.burst.empty()) {
+    in.B_bytes = parse_bytes(o.burst, "--burst");
+    require_range(in.B_bytes, 1.0, kMaxBurstBytes / in.K, "--burst", "bytes per producer");
+  } else {
+    const double V = parse_bytes(o.volume, "--volume");
+    require_range(V, 1.0, kMaxBurstBytes, "--volume", "aggregate burst bytes");
+    in.B_bytes = V / in.K;
+  }
+  if (o.gaps.empty()) throw InputError("--gap: give at least one gap G (e.g. --gap 2us or --gap 0,2us,6us)");
+  for (const std::string& g : o.gaps) in.gaps_ns.push_back(non_negative_time(g, "--gap"));
+
+  in.sim.K = in.K;
+  in.sim.B_bytes = in.B_bytes;
+  in.sim.bursts = checked_int(o.sim.bursts, 2, 100000, "--bursts", "bursts per producer");
+  in.sim.stagger_ns = non_negative_time(o.sim.stagger, "--stagger");
+  in.sim.jitter_ns = non_negative_time(o.sim.jitter, "--jitter");
+  in.sim.seed = o.sim.seed;
+  if (!o.sim.simulate && (in.sim.stagger_ns > 0.0 || in.sim.jitter_ns > 0.0))
+    throw InputError("--stagger and --jitter only apply with --simulate");
+  return in;
+}
+
+void print_simulation(const SimulationResult& s, const SimulationConfig& c, const DesignTest& t) {
+  std::printf("\nsimulated %d producers x %d bursts (first %d left out), stagger %s, jitter +-%s, seed %llu\n",
+              c.K, c.bursts, c.bursts / 2, format_time_ns(c.stagger_ns).c_str(), format_time_ns(c.jitter_ns).c_str(),
+              static_cast<unsigned long long>(c.seed));
+  std::printf("  T_iss     median %s   p10 %s   p90 %s   (aligned closed form %s)\n",
+              format_time_ns(s.T_iss_ns.median).c_str(), format_time_ns(s.T_iss_ns.p10).c_str(),
+              format_time_ns(s.T_iss_ns.p90).c_str(), format_time_ns(t.T_iss_ns).c_str());
+  std::printf("  T_period  median %s   p10 %s   p90 %s   (aligned closed form %s)\n",
+              format_time_ns(s.T_period_ns.median).c_str(), format_time_ns(s.T_period_ns.p10).c_str(),
+              format_time_ns(s.T_period_ns.p90).c_str(), format_time_ns(t.T_period_ns).c_str());
+  std::printf("  peak outstanding %s of Q = %s; throttled at Q %s of the time\n",
+              format_bytes(s.max_outstanding_bytes).c_str(), format_bytes(t.platform.Q_bytes).c_str(),
+              format_percent(s.throttled_fraction).c_str());
+}
+
+void run_pattern(const CommonOptions& common, const PatternOptions& o) {
+  PatternInput in = validate_pattern(o);
+  const Platform platform = load_platform(common);
+  const PlatformLookup look = lookup(platform, in.K, in.B_bytes);
+  const double V = in.K * in.B_bytes;
+  in.sim.platform = look.point;
+
+  json rows = json::array();
+  std::vector<DesignTest> tests;
+  std::vector<std::optional<SimulationResult>> sims;
+  for (double G : in.gaps_ns) {
+    tests.push_back(design_test(look.point, V, G));
+    std::optional<SimulationResult> sim;
+    if (o.sim.simulate) {
+      in.sim.G_ns = G;
+      sim = simulate(in.sim);
+    }
+    sims.push_back(sim);
+    json row = design_test_json(tests.back());
+    if (sim)
+      row["simulation"] = {{"T_iss_ns", distribution_json(sim->T_iss_ns)},
+                           {"T_period_ns", distribution_json(sim->T_period_ns)},
+                           {"max_outstanding_bytes", sim->max_outstanding_bytes},
+                           {"throttled_fraction", sim->throttled_fraction},
+                           {"stagger_ns", in.sim.stagger_ns},
+                           {"jitter_ns", in.sim.jitter_ns},
+                           {"bursts", in.sim.bursts},
+                           {"seed", in.sim.seed}};
+    rows.push_back(std::move(row));
+  }
+
+  if (common.json) {
+    emit_json({{"kind", "pattern"},
+               {"platform", platform_json(platform, look)},
+               {"pattern", {{"K", in.K}, {"B_bytes", in.B_bytes}, {"V_bytes", V}}},
+               {"gaps", rows}});
+    return;
+  }
+
+  print_platform_header(platform, look.point);
+  std::printf("pattern   K = %d producers x B = %s = V = %s per aligned burst\n", in.K,
+              format_bytes(in.B_bytes).c_str(), format_bytes(V).c_str());
+  if (tests.size() == 1) {
+    std::printf("          G = %s of useful work between bursts\n", format_time_ns(tests[0].G_ns).c_str());
+    print_design_test(tests[0]);
+    if (sims[0]) print_simulation(*sims[0], in.sim, tests[0]);
+    return;
+  }
+  // A gap sweep: one row per G, in the order given.
+  std::printf("          G* = %s, q_peak = %s vs Q = %s (capacity bound %s)\n\n",
+              format_time_ns(tests[0].G_star_ns).c_str(), format_bytes(tests[0].q_peak_bytes).c_str(),
+              format_bytes(look.point.Q_bytes).c_str(), tests[0].capacity_bound_holds ? "holds" : "BROKEN");
+  std::printf("%10s %11s %11s %11s %13s %11s  %-16s", "G", "T_iss", "overhead", "T_period", "T_period(cc)",
+              "V/(T0+G)", "verdict");
+  if (o.sim.simulate) std::printf(" %11s %11s %11s", "sim T_iss", "p90", "sim T_per");
+  std::printf("\n");
+  for (std::size_t i = 0; i < tests.size(); ++i) {
+    const DesignTest& t = tests[i];
+    std::printf("%10s %11s %11s %11s %13s %11s  %-16s", format_time_ns(t.G_ns).c_str(),
+                format_time_ns(t.T_iss_ns).c_str(), format_time_ns(t.dT_iss_ns).c_str(),
+                format_time_ns(t.T_period_ns).c_str(), format_time_ns(t.T_period_cc_ns).c_str(),
+                format_rate(t.injection_rate_bytes_per_ns).c_str(), to_string(t.verdict));
+    if (sims[i])
+      std::printf(" %11s %11s %11s", format_time_ns(sims[i]->T_iss_ns.median).c_str(),
+                  format_time_ns(sims[i]->T_iss_ns.p90).c_str(), format_time_ns(sims[i]->T_period_ns.median).c_str());
+    std::printf("\n");
+  }
+  std::printf("\naction at G = %s: %s\n", format_time_ns(tests[0].G_ns).c_str(), tests[0].action.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan moe
+// ---------------------------------------------------------------------------------------------
+
+MoeKernel validate_moe(const MoeOptions& o, int default_sms) {
+  MoeKernel k;
+  std::tie(k.b_m, k.b_n) = parse_tile(o.tile, "--tile");
+  k.out_bytes = checked_out_bytes(o.out_bytes);
+  k.K_SM = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : default_sms;
+  k.K_act = checked_int(o.K_act, 1, kMaxProducers, "--producers", "aligned producers K_act");
+  if (k.K_act > k.K_SM)
+    throw InputError("--producers: K_act = " + std::to_string(k.K_act) + " aligned epilogues cannot exceed the " +
+                     std::to_string(k.K_SM) + " SMs running the kernel (--sms)");
+  const bool times = !o.t_l1.empty() || !o.t_l2.empty();
+  const bool shapes = o.hidden || o.inter || o.tflops != 0.0;
+  if (times && shapes && o.tflops != 0.0)
+    throw InputError("give either --t-l1/--t-l2 or --tflops (with --hidden/--inter), not both");
+  if (o.hidden) checked_int(o.hidden, 1, 1 << 20, "--hidden", "hidden size h");
+  if (o.inter) k.h_inter = checked_int(o.inter, 1, 1 << 20, "--inter", "intermediate size h_inter");
+  if (times) {
+    if (o.t_l1.empty() || o.t_l2.empty()) throw InputError("give both --t-l1 and --t-l2 (mainloop time per tile)");
+    k.T_L1_ns = positive_time(o.t_l1, "--t-l1");
+    k.T_L2_ns = positive_time(o.t_l2, "--t-l2");
+  } else {
+    if (!o.hidden || !o.inter || o.tflops == 0.0)
+      throw InputError("give the mainloop times (--t-l1 and --t-l2) or the GEMM shapes (--hidden, --inter and --tflops)");
+    require_range(o.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
+    const MoeMainloopTimes t = moe_mainloop_times(k.b_m, k.b_n, static_cast<int>(o.hidden), *k.h_inter, o.tflops, k.K_SM);
+    k.T_L1_ns = t.T_L1_ns;
+    k.T_L2_ns = t.T_L2_ns;
+  }
+  if (!o.mix.empty())
+    k.mix = parse_mix(o.mix);
+  else if (o.hidden && o.inter)
+    k.mix = natural_tile_mix(static_cast<int>(o.hidden), static_cast<int>(o.inter));
+  else
+    throw InputError("give the tile mix --mix n1:n2 (L1 : L2 tiles per steady cycle), or --hidden and --inter to derive it");
+  return k;
+}
+
+void run_moe(const CommonOptions& common, const MoeOptions& o) {
+  const Platform platform = load_platform(common);
+  const MoeKernel k = validate_moe(o, platform.sm_count);
+  const double B = static_cast<double>(k.b_m) * k.b_n * k.out_bytes;
+  const PlatformLookup look = lookup(platform, k.K_act, B);
+  const MoeAudit a = audit_moe(look.point, k);
+
+  if (common.json) {
+    json kernel = {{"b_m", k.b_m},         {"b_n", k.b_n},     {"out_bytes", k.out_bytes}, {"K_act", k.K_act},
+                   {"T_L1_ns", k.T_L1_ns}, {"T_L2_ns", k.T_L2_ns}, {"n1", k.mix.n1},       {"n2", k.mix.n2},
+                   {"K_SM", k.K_SM}};
+    if (k.h_inter) kernel["h_inter"] = *k.h_inter;
+    emit_json({{"kind", "moe"},
+               {"platform", platform_json(platform, look)},
+               {"kernel", kernel},
+               {"V_t_bytes", a.B_bytes},
+               {"V_bytes", a.V_bytes},
+               {"verdict", to_string(a.verdict)},
+               {"action", a.action},
+               {"wave", design_test_json(a.wave)},
+               {"interleaved", design_test_json(a.interleaved)},
+               {"interleave_test", {{"G_wave_ns", a.interleave.G_wave_ns},
+                                    {"G_int_ns", a.interleave.G_int_ns},
+                                    {"dT_iss_wave_ns", a.interleave.dT_iss_wave_ns},
+                                    {"dT_iss_int_ns", a.interleave.dT_iss_int_ns},
+                                    {"injection_bytes_per_ns", a.interleave.injection_rate_int_bytes_per_ns},
+                                    {"sufficient", a.interleave.sufficient}}},
+               {"critical_path", {{"T_RS_wave_ns", a.T_RS_wave_ns},
+                                  {"stall_wave_ns", a.stall_wave_ns},
+                                  {"T_RS_int_ns", a.T_RS_int_ns},
+                                  {"stall_int_ns", a.stall_int_ns}}},
+               {"D_knee_rows", a.D_knee_rows ? json(*a.D_knee_rows) : json(nullptr)}});
+    return;
+  }
+
+  print_platform_header(platform, look.point);
+  std::printf("MoE       K_act = %d aligned L2 epilogues x V_t = %dx%dx%d B = %s -> V = %s\n", k.K_act, k.b_m, k.b_n,
+              k.out_bytes, format_bytes(a.B_bytes).c_str(), format_bytes(a.V_bytes).c_str());
+  std::printf("          T_L1 = %s, T_L2 = %s per tile, mix n1:n2 = %g:%g, K_SM = %d\n", format_time_ns(k.T_L1_ns).c_str(),
+              format_time_ns(k.T_L2_ns).c_str(), k.mix.n1, k.mix.n2, k.K_SM);
+  std::printf("\n%-12s %10s %10s %12s %10s %12s %10s\n", "schedule", "gap G", "G*", "V/(T0+G)", "overhead", "T_RS",
+              "stall");
+  std::printf("%-12s %10s %10s %12s %10s %12s %10s\n", "expert-wave", format_time_ns(a.interleave.G_wave_ns).c_str(),
+              format_time_ns(a.wave.G_star_ns).c_str(), format_rate(a.wave.injection_rate_bytes_per_ns).c_str(),
+              format_time_ns(a.interleave.dT_iss_wave_ns).c_str(), format_time_ns(a.T_RS_wave_ns).c_str(),
+              format_time_ns(a.stall_wave_ns).c_str());
+  std::printf("%-12s %10s %10s %12s %10s %12s %10s\n", "interleaved", format_time_ns(a.interleave.G_int_ns).c_str(),
+              format_time_ns(a.wave.G_star_ns).c_str(), format_rate(a.interleave.injection_rate_int_bytes_per_ns).c_str(),
+              format_time_ns(a.interleave.dT_iss_int_ns).c_str(), format_time_ns(a.T_RS_int_ns).c_str(),
+              format_time_ns(a.stall_int_ns).c_str());
+  std::printf("  (rate bound V/(T0+G) <= R = %s; Eq. 14 interleaving %s; capacity q_peak = %s vs Q = %s %s)\n",
+              format_rate(look.point.R_bytes_per_ns).c_str(), a.interleave.sufficient ? "sufficient" : "NOT sufficient",
+              format_bytes(a.wave.q_peak_bytes).c_str(), format_bytes(look.point.Q_bytes).c_str(),
+              a.wave.capacity_bound_holds ? "holds" : "BROKEN");
+  if (a.D_knee_rows) std::printf("  anti-starvation lead D_knee = %ld scheduler rows\n", *a.D_knee_rows);
+  std::printf("\nverdict   %s\naction    %s\n", to_string(a.verdict), a.action.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan attention
+// ---------------------------------------------------------------------------------------------
+
+AttentionKernel validate_attention(const AttentionOptions& o, int default_sms) {
+  AttentionKernel k;
+  std::tie(k.b_m, k.b_n) = parse_tile(o.tile, "--tile");
+  k.head_dim = checked_int(o.head_dim, 1, 4096, "--head-dim", "head dimension d");
+  k.out_bytes = checked_out_bytes(o.out_bytes);
+  const int sms = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : default_sms;
+  k.K = o.K ? checked_int(o.K, 1, kMaxProducers, "--producers", "producers K") : sms;
+  if (o.sigma.empty() == (o.tflops == 0.0))
+    throw InputError("give exactly one of --sigma (Q-loop time per KV tile) and --tflops (attention throughput)");
+  if (!o.sigma.empty()) {
+    k.sigma_ns = positive_time(o.sigma, "--sigma");
+  } else {
+    require_range(o.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
+    k.sigma_ns = sigma_from_throughput_ns(k.b_m, k.b_n, k.head_dim, o.tflops, sms);
+  }
+  // One QK^T mainloop is half the work of a KV tile (QK^T and PV): the default cover window.
+  k.G_QK_ns = o.t_qk.empty() ? k.sigma_ns / 2.0 : non_negative_time(o.t_qk, "--t-qk");
+  k.T_lat_ns = non_negative_time(o.t_lat, "--t-lat");
+  k.heads = checked_int(o.heads, 1, kMaxProducers, "--heads", "heads per rank");
+  k.batch = checked_int(o.batch, 1, kMaxProducers, "--batch", "batch");
+  if (o.seq_lens.empty()) throw InputError("--seq-len: give at least one sequence length M (e.g. --seq-len 1024,8192)");
+  for (std::int64_t M : o.seq_lens) require_range(static_cast<double>(M), 1.0, 1e9, "--seq-len", "sequence length M");
+  return k;
+}
+
+void run_attention(const CommonOptions& common, const AttentionOptions& o) {
+  const Platform platform = load_platform(common);
+  const AttentionKernel k = validate_attention(o, platform.sm_count);
+  const double B = attention_tile_bytes(k.b_m, k.head_dim, k.out_bytes);
+  const PlatformLookup look = lookup(platform, k.K, B);
+  const AttentionAudit a = audit_attention(look.point, k, o.seq_lens);
+
+  if (common.json) {
+    json points = json::array();
+    for (const AttentionPoint& pt : a.points)
+      points.push_back({{"M", pt.M},
+                        {"G_Qloop_ns", pt.G_Qloop_ns},
+                        {"tiles", pt.tiles},
+                        {"N_t", pt.N_t},
+                        {"dt_ns", pt.dt_ns},
+                        {"dt_critical_ns", pt.dt_critical_ns},
+                        {"E_drain_ns", pt.E_drain_ns},
+                        {"dt_cc_ns", pt.dt_cc_ns},
+                        {"E_cc_ns", pt.E_cc_ns},
+                        {"design_test", design_test_json(pt.test)}});
+    emit_json({{"kind", "attention"},
+               {"platform", platform_json(platform, look)},
+               {"kernel", {{"b_m", k.b_m}, {"b_n", k.b_n}, {"head_dim", k.head_dim}, {"out_bytes", k.out_bytes},
+                           {"K", k.K}, {"sigma_ns", k.sigma_ns}, {"G_QK_ns", k.G_QK_ns}, {"T_lat_ns", k.T_lat_ns},
+                           {"heads", k.heads}, {"batch", k.batch}}},
+               {"B_t_bytes", a.B_bytes},
+               {"V_bytes", a.V_bytes},
+               {"G_star_ns", a.G_star_ns},
+               {"q_peak_bytes", a.q_peak_bytes},
+               {"capacity_bound_holds", a.capacity_bound_holds},
+               {"M_ub_tokens", a.M_ub},
+               {"verdict", to_string(a.verdict)},
+               {"action", a.action},
+               {"seq_lens", points}});
+    return;
+  }
+
+  print_platform_header(platform, look.point);
+  std::printf("attention K = %d CTAs x B_t = %dx%dx%d B = %s -> aligned V = %s;  sigma = %s per KV tile (b_n = %d)\n",
+              k.K, k.b_m, k.head_dim, k.out_bytes, format_bytes(a.B_bytes).c_str(), format_bytes(a.V_bytes).c_str(),
+              format_time_ns(k.sigma_ns).c_str(), k.b_n);
+  std::printf("          G* = %s  ->  M_ub* = b_n*ceil(G*/sigma) = %lld tokens;  capacity bound %s (q_peak = %s vs Q = %s)\n",
+              format_time_ns(a.G_star_ns).c_str(), static_cast<long long>(a.M_ub),
+              a.capacity_bound_holds ? "holds" : "BROKEN", format_bytes(a.q_peak_bytes).c_str(),
+              format_bytes(look.point.Q_bytes).c_str());
+  std::printf("          G_QK cover = %s, T_lat = %s (completion-coupled counterfactual), %lld heads x %lld batch\n\n",
+              format_time_ns(k.G_QK_ns).c_str(), format_time_ns(k.T_lat_ns).c_str(), static_cast<long long>(k.heads),
+              static_cast<long long>(k.batch));
+  std::printf("%9s %11s %7s %10s %10s %12s %12s  %s\n", "M", "G_Qloop", "N_t", "dt(M)", "dt'(M)", "E_drain", "E_cc",
+              "verdict");
+  for (const AttentionPoint& pt : a.points)
+    std::printf("%9lld %11s %7lld %10s %10s %12s %12s  %s\n", static_cast<long long>(pt.M),
+                format_time_ns(pt.G_Qloop_ns).c_str(), static_cast<long long>(pt.N_t), format_time_ns(pt.dt_ns).c_str(),
+                format_time_ns(pt.dt_critical_ns).c_str(), format_time_ns(pt.E_drain_ns).c_str(),
+                format_time_ns(pt.E_cc_ns).c_str(), to_string(pt.test.verdict));
+  std::printf("\nverdict   %s\naction    %s\n", to_string(a.verdict), a.action.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+// ---------------------------------------------------------------------------------------------
+
+void add_common_options(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--platform", o.platform_file,
+                  "platform file from `xstage calibrate` (default: the shipped platforms/h200_nvlink4.json)");
+  cmd->add_option("--store-path", o.store_path, "st_global_16B (plain 16-byte stores) or tma_bulk (TMA bulk stores)");
+  cmd->add_flag("--json", o.json, "machine-readable output on stdout (warnings stay on stderr)");
+}
+
+void add_pattern(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
+  auto o = std::make_shared<PatternOptions>();
+  CLI::App* cmd = plan->add_subcommand(
+      "pattern", "A periodic burst pattern: K producers each store B bytes, then compute for a gap G (Eq. 3-10).");
+  cmd->add_option("-K,--producers", o->K, "concurrent producers K (CTAs or warps that store)")->required();
+  cmd->add_option("-B,--burst", o->burst, "bytes per producer per burst, e.g. 32KiB");
+  cmd->add_option("-V,--volume", o->volume, "aggregate burst V = K*B instead of --burst, e.g. 4.6MiB");
+  cmd->add_option("-G,--gap", o->gaps, "useful work between bursts, e.g. 2us; a list (0,2us,6us) prints a sweep")
+      ->required()
+      ->delimiter(',');
+  cmd->add_flag("--simulate", o->sim.simulate, "also run the fluid X-Stage simulator (distributions of T_iss, T_period)");
+  cmd->add_option("--stagger", o->sim.stagger, "simulator: spread producer start phases evenly over this time");
+  cmd->add_option("--jitter", o->sim.jitter, "simulator: each gap varies uniformly by +- this much");
+  cmd->add_option("--bursts", o->sim.bursts, "simulator: bursts per producer (first half is warm-up; default 100)");
+  cmd->add_option("--seed", o->sim.seed, "simulator: seed for the jitter (default 1)");
+  cmd->callback([common, o] { run_pattern(*common, *o); });
+}
+
+void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
+  auto o = std::make_shared<MoeOptions>();
+  CLI::App* cmd = plan->add_subcommand(
+      "moe", "A MegaMoE layer: expert-wave vs interleaved L1/L2 schedule (paper §4.2, Eq. 12-15, D_knee).");
+  cmd->add_option("-K,--producers", o->K_act, "K_act: L2 epilogues whose tile boundaries align in one burst")->required();
+  cmd->add_option("--tile", o->tile, "tile b_m x b_n (default 128x128)");
+  cmd->add_option("--out-bytes", o->out_bytes, "bytes per combine element s_out (default 2, bf16)");
+  cmd->add_option("--t-l1", o->t_l1, "Linear-1 mainloop time per tile, e.g. 3us");
+  cmd->add_option("--t-l2", o->t_l2, "Linear-2 mainloop time per tile, e.g. 1.2us");
+  cmd->add_option("--hidden", o->hidden, "hidden size h (with --inter and --tflops instead of --t-l1/--t-l2)");
+  cmd->add_option("--inter", o->inter, "expert intermediate size h_inter (also gives D_knee and the tile mix)");
+  cmd->add_option("--tflops", o->tflops, "whole-GPU GEMM throughput assumption, TFLOP/s");
+  cmd->add_option("--mix", o->mix, "L1:L2 tiles per steady cycle n1:n2 (default 2*h_inter : h)");
+  cmd->add_option("--sms", o->sms, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
+  cmd->callback([common, o] { run_moe(*common, *o); });
+}
+
+void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
+  auto o = std::make_shared<AttentionOptions>();
+  CLI::App* cmd = plan->add_subcommand(
+      "attention", "FlashAttention with the Ulysses all-to-all fused into its epilogue (paper §4.3, Eq. 16-18).");
+  cmd->add_option("-M,--seq-len", o->seq_lens, "sequence length(s) M per rank after the first all-to-all, e.g. 1024,8192")
+      ->required()
+      ->delimiter(',');
+  cmd->add_option("--tile", o->tile, "b_m x b_n: query rows per output tile x KV rows per KV tile (default 128x128)");
+  cmd->add_option("--head-dim", o->head_dim, "head dimension d (default 128)");
+  cmd->add_option("--out-bytes", o->out_bytes, "bytes per output element s_out (default 2, bf16)");
+  cmd->add_option("-K,--producers", o->K, "concurrent persistent CTAs, all aligned in the worst case (default: SM count)");
+  cmd->add_option("--sigma", o->sigma, "Q-loop time per KV tile, e.g. 0.79us");
+  cmd->add_option("--tflops", o->tflops, "attention throughput assumption in TFLOP/s instead of --sigma");
+  cmd->add_option("--heads", o->heads, "heads on this rank (H/P under Ulysses; default 1)");
+  cmd->add_option("--batch", o->batch, "batch size (default 1)");
+  cmd->add_option("--t-qk", o->t_qk, "double-buffered cover window G_QK (default sigma/2, one QK^T mainloop)");
+  cmd->add_option("--t-lat", o->t_lat, "fixed completion latency for the completion-coupled counterfactual (default 1us)");
+  cmd->add_option("--sms", o->sms, "SM count for --tflops and the default K (default: the platform's sm_count)");
+  cmd->callback([common, o] { run_attention(*common, *o); });
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto common = std::make_shared<CommonOptions>();
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "Predict X-Stage back-pressure with the Burst-Gap model and say what to do: piggyback, reshape, or shrink\n"
+      "the burst (paper §4.1). Describe the work as a burst pattern, a MegaMoE layer, or fused attention.");
+  add_common_options(plan, *common);
+  plan->fallthrough();  // --platform/--store-path/--json may also follow the kind
+  plan->require_subcommand(1, 1);
+  add_pattern(plan, common);
+  add_moe(plan, common);
+  add_attention(plan, common);
+}
+
 }  // namespace xstage::cli

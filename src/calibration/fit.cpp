@@ -323,6 +323,24 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
   }
   const double R = triple.R_bytes_per_ns;
 
+  // With R known, check that every plateau gap was long enough to recover: G >= G* = [V/R − T_iss0]+
+  // (eq. 5). A shorter gap leaves back-pressure in the "plateau" and T_iss0 too high.
+  {
+    int short_gaps = 0;
+    std::string example;
+    for (const auto* s : pick(Sweep::plateau, Destination::remote, false)) {
+      const double G_star = s->V_bytes() / R - interpolate_T_iss0_ns(triple, s->K, s->B_bytes);
+      if (s->gap_ns < G_star) {
+        if (!short_gaps++)
+          example = "K=" + std::to_string(s->K) + ", B=" + std::to_string(s->B_bytes) + ": G=" +
+                    fixed(s->gap_ns, 0) + " ns < G*=" + fixed(G_star, 0) + " ns";
+      }
+    }
+    if (short_gaps)
+      warn(std::to_string(short_gaps) + " plateau samples have a gap shorter than the recovery gap G* (e.g. " +
+           example + "); their T_iss0 includes back-pressure, use G >= 2*V/R + 2 us");
+  }
+
   // ---- Q(K): isolated bursts; on the drain branch Q = V − R·T_iso (paper §3.5). ----
   {
     const auto remote = pick(Sweep::isolated, Destination::remote, false);

@@ -91,6 +91,30 @@ TEST(FitPlatformTriple, NoiselessDataIsRecoveredExactly) {
   EXPECT_TRUE(r.warnings.size() == 2u) << r.triple.fit["warnings"].dump();  // the two "no knee" lines
 }
 
+// Real queues round the corner of the max law; the drain and branch thresholds keep the corner
+// points out of R and Q, so a soft corner (p = 6) costs little.
+TEST(FitPlatformTriple, RoundedCornerStillRecoversTheTriple) {
+  Truth truth;
+  truth.corner_p = 6.0;
+  const FitReport r = fit_platform_triple(make_synthetic_samples(truth, SweepPlan{}), StorePath::st_global_16B, kHeldOut);
+  EXPECT_NEAR(r.triple.R_bytes_per_ns / truth.R_bytes_per_ns, 1.0, 0.03);
+  ASSERT_EQ(r.triple.Q.size(), 2u);
+  for (const auto& q : r.triple.Q) EXPECT_NEAR(q.Q_bytes / truth.Q_bytes(q.K), 1.0, 0.10) << "K=" << q.K;
+  EXPECT_LT(r.period_err_heldout_median, 0.10);
+  EXPECT_LT(r.issue_err_heldout_median, 0.15);
+}
+
+// One wild drain point (a clock dip halving one period) must not move R: the reason for the median.
+TEST(FitPlatformTriple, OneOutlierDoesNotMoveR) {
+  const Truth truth;
+  auto samples = make_synthetic_samples(truth, SweepPlan{});
+  for (auto& s : samples)
+    if (s.sweep == Sweep::zero_gap && s.dest == Destination::remote && s.K == 132 && s.B_bytes == 256 * 1024)
+      s.T_period_ns *= 0.5;
+  const FitReport r = fit_platform_triple(samples, StorePath::st_global_16B, kHeldOut);
+  EXPECT_NEAR(r.triple.R_bytes_per_ns / truth.R_bytes_per_ns, 1.0, 0.03);
+}
+
 TEST(FitPlatformTriple, FitsEachStorePathFromItsOwnSamples) {
   Truth st, tma;
   tma.R_bytes_per_ns = 450.0;
@@ -162,6 +186,14 @@ TEST(FitPlatformTriple, RejectsUntaggedSamplesAndMissingSweeps) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("plateau"), std::string::npos) << e.what();
   }
+}
+
+TEST(FitPlatformTriple, FlagsAPlateauGapShorterThanTheRecoveryGap) {
+  auto samples = make_synthetic_samples(Truth{}, SweepPlan{});
+  for (auto& s : samples)
+    if (s.sweep == Sweep::plateau && s.K == 132 && s.B_bytes == 256 * 1024) s.gap_ns = 1000.0;
+  const FitReport r = fit_platform_triple(samples, StorePath::st_global_16B, kHeldOut);
+  EXPECT_TRUE(has_warning(r, "2 plateau samples have a gap shorter than the recovery gap")) << r.triple.fit["warnings"];
 }
 
 TEST(FitPlatformTriple, FlagsALocalControlThatDependsOnTheGap) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -22,6 +23,16 @@ struct Truth {
   double Q_full_bytes = 2.5 * kMiB;
   int Q_full_K = 66;
   double wall_efficiency = 0.98;     // wall-clock rate / (V / T_period): launch overhead
+  // 0: the model's hard max. p > 0: a rounded corner (a^p + b^p)^(1/p), as real queues blend branches.
+  double corner_p = 0.0;
+
+  double max_law(double a, double b) const {
+    if (corner_p <= 0) return std::max(a, b);
+    a = std::max(a, 0.0);  // a negative branch (V < Q) must not count through the even power
+    b = std::max(b, 0.0);
+    const double m = std::max(a, b);
+    return m * std::pow(std::pow(a / m, corner_p) + std::pow(b / m, corner_p), 1.0 / corner_p);
+  }
 
   double T_iss0_ns(int K, std::int64_t B) const { return T_fixed_ns + B / issue_bytes_per_ns; }
   double Q_bytes(int K) const { return Q_full_bytes * std::min(1.0, double(K) / Q_full_K); }
@@ -77,10 +88,10 @@ inline std::vector<BurstSample> make_synthetic_samples(const Truth& truth, const
     s.gap_ns = noisy(G);
     double T_iss_true, T_period_true = 0.0;
     if (s.mode == Mode::isolated) {
-      T_iss_true = remote ? std::max(T0, (V - truth.Q_bytes(K)) / R) : T0;
+      T_iss_true = remote ? truth.max_law(T0, (V - truth.Q_bytes(K)) / R) : T0;
     } else {
-      T_iss_true = remote ? std::max(T0, V / R - s.gap_ns) : T0;
-      T_period_true = T_iss_true + s.gap_ns;
+      T_period_true = remote ? truth.max_law(T0 + s.gap_ns, V / R) : T0 + s.gap_ns;
+      T_iss_true = T_period_true - s.gap_ns;
     }
     s.T_iss_ns = noisy(T_iss_true);
     s.T_iss_p10_ns = 0.97 * s.T_iss_ns;

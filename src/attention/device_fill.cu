@@ -1,0 +1,54 @@
+#include "attention/device_fill.hpp"
+
+#include <cuda_bf16.h>
+
+#include "common/cuda_check.hpp"
+
+namespace xstage::attention {
+namespace {
+
+__device__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_uniform_bf16_kernel(__nv_bfloat16* dst, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64(seed * 0x100000001B3ull + uint64_t(i));
+    const float u = float(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    dst[i] = __float2bfloat16(lo + (hi - lo) * u);
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* dst, int64_t n, T value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+int grid_for(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return int(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192);
+}
+
+}  // namespace
+
+void fill_uniform_bf16(void* dst, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  fill_uniform_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed, lo, hi);
+  XSTAGE_CUDA_CHECK_LAUNCH();
+}
+
+void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream) {
+  fill_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<uint16_t*>(dst), n, bits);
+  XSTAGE_CUDA_CHECK_LAUNCH();
+}
+
+void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream) {
+  fill_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, value);
+  XSTAGE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xstage::attention

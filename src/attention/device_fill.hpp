@@ -1,0 +1,19 @@
+// Device-side fills for checks and benchmarks: reproducible random bf16 data and poison patterns.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace xstage::attention {
+
+// Fills n bf16 values with uniform random numbers in [lo, hi), from a counter-based hash of (seed, index).
+void fill_uniform_bf16(void* dst, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream = nullptr);
+
+// Fills n 16-bit words with `bits` (0xFFFF is a bf16 NaN: poison for outputs that must be overwritten).
+void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream = nullptr);
+
+// Fills n floats with `value`.
+void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream = nullptr);
+
+}  // namespace xstage::attention

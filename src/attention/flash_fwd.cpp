@@ -1,0 +1,85 @@
+// Argument validation and head-dim dispatch (host C++; the kernels live in flash_fwd_hdim*.cu).
+#include "attention/flash_fwd.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "attention/tile_shapes.hpp"
+#include "common/error.hpp"
+
+namespace xstage::attention {
+namespace {
+
+constexpr int64_t kElementBytes = 2;  // bf16
+constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
+
+void check_strides(const char* name, const BmhdStrides& s, int64_t head_dim) {
+  const struct {
+    const char* what;
+    int64_t value;
+  } strides[] = {{"batch", s.batch}, {"row", s.row}, {"head", s.head}};
+  for (const auto& st : strides) {
+    std::ostringstream os;
+    os << name << " " << st.what << " stride is " << st.value << " elements: ";
+    require_input(st.value > 0, os.str() + "strides must be positive (head_dim is the contiguous dimension)");
+    require_input((st.value * kElementBytes) % 16 == 0,
+                  os.str() + "the TMA unit needs every stride to be a multiple of 16 bytes (8 bf16 elements)");
+    require_input(st.value * kElementBytes < kMaxTmaStrideBytes, os.str() + "the TMA unit needs strides below 2^40 bytes");
+  }
+  (void)head_dim;
+}
+
+void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) {
+  std::ostringstream os;
+  os << name << " pointer ";
+  require_input(ptr != nullptr, os.str() + "is null");
+  os << ptr << " is not " << alignment << "-byte aligned (the TMA unit needs 16-byte aligned tensors)";
+  require_input(reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0, os.str());
+}
+
+}  // namespace
+
+void validate_flash_fwd_args(FlashFwdArgs const& args) {
+  const FlashFwdProblem& p = args.problem;
+  std::ostringstream shape;
+  shape << " (batch=" << p.batch << ", seqlen_q=" << p.seqlen_q << ", seqlen_k=" << p.seqlen_k
+        << ", heads=" << p.heads << ", head_dim=" << p.head_dim << ")";
+  require_input(p.head_dim == 64 || p.head_dim == 128,
+                "head_dim must be 64 or 128" + shape.str() + "; other head dims are not built");
+  require_input(p.batch >= 1 && p.heads >= 1 && p.seqlen_q >= 1 && p.seqlen_k >= 1,
+                "batch, heads, seqlen_q and seqlen_k must all be >= 1" + shape.str());
+  // Tile counts and TMA coordinates are 32-bit.
+  const int64_t tiles = int64_t(p.batch) * p.heads * ((int64_t(p.seqlen_q) + 127) / 128);
+  require_input(tiles < (int64_t(1) << 31), "too many output tiles for one launch" + shape.str());
+  require_input(std::isfinite(p.softmax_scale) && p.softmax_scale != 0.f,
+                "softmax_scale must be finite and non-zero (usually 1/sqrt(head_dim))");
+  check_strides("Q", p.q, p.head_dim);
+  check_strides("K", p.k, p.head_dim);
+  check_strides("V", p.v, p.head_dim);
+  check_strides("O", p.o, p.head_dim);
+  check_pointer("Q", args.q, 16);
+  check_pointer("K", args.k, 16);
+  check_pointer("V", args.v, 16);
+  check_pointer("O", args.o, 16);
+  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
+}
+
+void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
+  validate_flash_fwd_args(args);
+  if (args.problem.head_dim == 64) {
+    detail::launch_flash_fwd_hdim64(args, stream);
+  } else {
+    detail::launch_flash_fwd_hdim128(args, stream);
+  }
+}
+
+std::string flash_fwd_tile_description(int head_dim) {
+  if (head_dim != 64 && head_dim != 128) return "not built";
+  const FwdTileShape t = fwd_tile_shape(head_dim);
+  std::ostringstream os;
+  os << "b_m=" << t.block_m << " b_n=" << t.block_n << " stages=" << t.stages;
+  return os.str();
+}
+
+}  // namespace xstage::attention

@@ -1,0 +1,30 @@
+// Public entry point of the Hopper FlashAttention forward kernel.
+//
+//   O = softmax(softmax_scale * Q K^T) V  per (batch, head), full (non-causal) attention,
+//   bf16 Q, K, V, O in [batch, seq, heads, head_dim] with the given strides, fp32 accumulation,
+//   optional fp32 log-sum-exp [batch, heads, seqlen_q]. head_dim 64 or 128. Needs an sm_90 GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attention/flash_fwd_params.hpp"
+
+namespace xstage::attention {
+
+// Throws xstage::InputError naming the first problem found (sizes, head dim, strides, alignment).
+void validate_flash_fwd_args(FlashFwdArgs const& args);
+
+// Validates, then launches on `stream` (asynchronous). Throws xstage::Error on CUDA errors.
+void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nullptr);
+
+// The tile shape used for a head dim, for reports: "b_m=128 b_n=128 stages=2".
+std::string flash_fwd_tile_description(int head_dim);
+
+namespace detail {
+void launch_flash_fwd_hdim64(FlashFwdArgs const& args, cudaStream_t stream);
+void launch_flash_fwd_hdim128(FlashFwdArgs const& args, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace xstage::attention

@@ -1,0 +1,12 @@
+// The head-dim 128 instantiation of the forward kernel (one translation unit per head dim keeps the
+// build parallel and each compile short).
+#include "attention/flash_fwd.hpp"
+#include "attention/flash_fwd_launch.cuh"
+
+namespace xstage::attention::detail {
+
+void launch_flash_fwd_hdim128(FlashFwdArgs const& args, cudaStream_t stream) {
+  launch_flash_fwd<PlainFlashFwdKernel<128>>(args, stream);
+}
+
+}  // namespace xstage::attention::detail

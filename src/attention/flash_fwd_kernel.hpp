@@ -1,0 +1,111 @@
+// The forward kernel: composes the tile scheduler, the SM90 mainloop and an epilogue.
+//
+// 384 threads, one CTA per SM, persistent over tiles:
+//   warpgroup 0  producer: setmaxnreg down to 24, one elected thread issues all TMA loads
+//   warpgroups 1, 2  consumers: setmaxnreg up to 240, wgmma + online softmax + epilogue
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "attention/mainloop_sm90.hpp"
+#include "attention/named_barriers.hpp"
+#include "attention/softmax.hpp"
+#include "attention/tile_scheduler.hpp"
+
+namespace xstage::attention {
+
+template <class Config_, template <class> class Epilogue_>
+struct FlashFwdKernel {
+  using Config = Config_;
+  using Mainloop = MainloopSm90<Config>;
+  using Epilogue = Epilogue_<Config>;
+  using Scheduler = StaticPersistentTileScheduler;
+  using PipelineKV = typename Mainloop::PipelineKV;
+
+  struct Params {
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    Scheduler scheduler;
+  };
+
+  struct SharedStorage {
+    typename Mainloop::SharedStorage mainloop;
+    typename Epilogue::SharedStorage epilogue;
+  };
+
+  static constexpr int kSharedStorageBytes = int(sizeof(SharedStorage));
+  static constexpr int kNumThreads = Config::kNumThreads;
+
+  CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
+    using namespace cute;
+    SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+    const int warp_group = threadIdx.x / 128;
+    const int warp_in_group = (threadIdx.x / 32) % 4;
+    const bool is_producer = warp_group == 0;
+
+    if (threadIdx.x == 0) {
+      Mainloop::prefetch_descriptors(params.mainloop);
+      Epilogue::prefetch_descriptors(params.epilogue);
+      Mainloop::init_q_barriers(smem.mainloop);
+    }
+
+    typename PipelineKV::Params pipeline_params;
+    pipeline_params.transaction_bytes = Config::kKVBlockBytes;
+    pipeline_params.role = is_producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
+    pipeline_params.is_leader = threadIdx.x == 0;
+    pipeline_params.num_consumers = Config::kNumMmaThreads;
+    PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+    __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
+
+    const Scheduler& scheduler = params.scheduler;
+    if (is_producer) {
+      cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
+      if (warp_in_group == 0 && cute::elect_one_sync()) {
+        auto k_state = cutlass::make_producer_start_state<PipelineKV>();
+        auto v_state = cutlass::make_producer_start_state<PipelineKV>();
+        int iteration = 0;
+        for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
+             tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
+          Mainloop::load(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state,
+                         scheduler.coord(tile), iteration);
+        }
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
+      const int thread_idx = threadIdx.x - 128;
+      const int consumer_group = warp_group - 1;
+      typename PipelineKV::PipelineState k_state, v_state;
+      typename Config::TiledMmaPV tiled_mma_pv;
+      Tensor tOrO = partition_fragment_C(tiled_mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
+      OnlineSoftmax<2> softmax(params.mainloop.softmax_scale);
+      float lse[2];
+
+      named_barrier_give_first_turn(consumer_group);
+      int iteration = 0;
+      for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
+           tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
+        Mainloop::mma(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state, tOrO,
+                      softmax, thread_idx, iteration);
+        softmax.finalize(tOrO, lse);
+        Epilogue::store(params.epilogue, smem.epilogue, tOrO, lse, scheduler.coord(tile), thread_idx);
+      }
+      named_barrier_drain_turns(consumer_group);
+      Epilogue::finish(thread_idx);
+    }
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kNumThreads, 1)
+    flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) char smem[];
+  Kernel::run(params, smem);
+#endif
+}
+
+}  // namespace xstage::attention

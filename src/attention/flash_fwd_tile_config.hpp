@@ -1,0 +1,76 @@
+// The one place that decides tile shapes, pipeline depth, warp roles and shared-memory layouts
+// of the forward kernel, per head dimension.
+//
+// The numbers themselves (b_m, b_n, stages per head dim) are in tile_shapes.hpp.
+// Shared memory: Q (b_m x d), K and V (stages x b_n x d), O staging (b_m x d), all bf16 with CuTe's
+// 128-byte-swizzled K-major GMMA atom; Vt is V seen transposed (an MN-major B operand for O += P V).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "attention/tile_shapes.hpp"
+
+namespace xstage::attention {
+
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct FlashFwdTileConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+
+  // Warp roles: warpgroup 0 is the producer (one elected thread issues every TMA load), warpgroups 1
+  // and 2 are the consumers (wgmma + softmax), each owning 64 of the b_m rows.
+  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
+  static constexpr int kNumThreads = kNumMmaThreads + 128;
+  // setmaxnreg budgets: 24*128 + 240*256 = 64512 <= 65536 registers per SM.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  using Element = cutlass::bfloat16_t;
+  using Accum = float;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim must be 64 or 128");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "b_n must be a multiple of 16, at most 256");
+
+  // S = Q K^T: both operands from shared memory (SS); O += P V: P from registers (RS), V^T MN-major.
+  using AtomLayoutMma = cute::Layout<cute::Shape<cute::Int<kNumMmaWarpGroups>, cute::_1, cute::_1>>;
+  using TiledMmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, Accum,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kHeadDim>>>(),
+      AtomLayoutMma{}));
+  using TiledMmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, Accum,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      AtomLayoutMma{}));
+
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  // V^T (d x b_n x stages): the same bytes as V, indexed transposed.
+  using SmemLayoutVt = decltype(cute::composition(
+      SmemLayoutKV{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  using SmemLayoutO = SmemLayoutQ;
+
+  static constexpr int kQBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  static constexpr int kKVBlockBytes = kBlockN * kHeadDim * int(sizeof(Element));
+};
+
+// The two instantiated configurations (CI compiles them on two cores: keep this list short).
+template <int kHeadDim>
+struct FlashFwdTileConfigFor {
+  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim);
+  static_assert(kShape.block_m == 128, "the consumer layout assumes b_m = 2 warpgroups x 64 rows");
+  using type = FlashFwdTileConfig<kHeadDim, kShape.block_n, kShape.stages>;
+};
+
+}  // namespace xstage::attention

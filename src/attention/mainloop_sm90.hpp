@@ -1,0 +1,281 @@
+// The forward mainloop on Hopper: a TMA producer and two wgmma consumer warpgroups.
+//
+// Producer (one elected thread of warpgroup 0), per tile:
+//   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
+// into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
+// PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: the 256 consumer threads
+// arrive once their last S = Q K^T has completed, so the next tile's Q loads during this tile's last
+// P V and epilogue).
+//
+// Consumers (warpgroups 1 and 2, 64 query rows each), per tile, key blocks from last to first (the last
+// block is the only partial one: its masked columns are set to -inf in the first step, no later check):
+//   S = Q K[n_last]^T; softmax -> P
+//   for each further block n:  issue S = Q K[n]^T, issue O += P V[n+1]      (two wgmma batches in flight)
+//                              wait for S; softmax(S) overlaps the P V wgmma    (intra-warpgroup overlap)
+//                              wait for P V; rescale O; P <- S
+//   O += P V[0]
+// The two warpgroups take turns issuing their wgmma batches (two named barriers, a strict ping-pong) so
+// that one warpgroup's softmax runs while the other's matrix products occupy the tensor cores.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "attention/flash_fwd_params.hpp"
+#include "attention/flash_fwd_tile_config.hpp"
+#include "attention/named_barriers.hpp"
+#include "attention/softmax.hpp"
+#include "attention/tile_scheduler.hpp"
+
+namespace xstage::attention {
+
+// Global-memory view of one bf16 [batch, seq, heads, head_dim] tensor as CuTe sees it:
+// shape (seq, head_dim, heads, batch), head_dim contiguous.
+using GmemShapeBmhd = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+using GmemStrideBmhd = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+
+template <class T>
+auto make_gmem_bmhd(T* ptr, int seqlen, int head_dim, int heads, int batch, BmhdStrides s) {
+  using namespace cute;
+  return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, head_dim, heads, batch),
+                                                     make_stride(s.row, _1{}, s.head, s.batch)));
+}
+
+// One wgmma batch: C (+)= A B over the K modes of the fragments, committed as one group.
+// kWait >= 0 waits until at most kWait groups are still in flight. kARegisters: A is a register
+// fragment (RS wgmma), fenced so the compiler keeps it intact while the wgmma reads it.
+template <bool kZeroInit, int kWait, bool kARegisters, class TiledMma, class FragA, class FragB, class FragC>
+CUTE_DEVICE void wgmma_batch(TiledMma& tiled_mma, FragA& frag_a, FragB const& frag_b, FragC& frag_c) {
+  using namespace cute;
+  warpgroup_fence_operand(frag_c);
+  if constexpr (kARegisters) warpgroup_fence_operand(frag_a);
+  warpgroup_arrive();
+  tiled_mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(frag_a); ++k) {
+    cute::gemm(tiled_mma, frag_a(_, _, k), frag_b(_, _, k), frag_c);
+    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
+  warpgroup_fence_operand(frag_c);
+  if constexpr (kARegisters) warpgroup_fence_operand(frag_a);
+}
+
+template <class Config>
+struct MainloopSm90 {
+  using Element = typename Config::Element;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kStages = Config::kStages;
+  using SmemLayoutQ = typename Config::SmemLayoutQ;
+  using SmemLayoutKV = typename Config::SmemLayoutKV;
+  using SmemLayoutVt = typename Config::SmemLayoutVt;
+  using TiledMmaQK = typename Config::TiledMmaQK;
+  using TiledMmaPV = typename Config::TiledMmaPV;
+
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename PipelineKV::PipelineState;
+
+  using TileShapeQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  using TileShapeKV = cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>;
+  using TmaLoadQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeBmhd{},
+                        GmemStrideBmhd{}),
+      SmemLayoutQ{}, TileShapeQ{}, cute::_1{}));
+  using TmaLoadKV = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeBmhd{},
+                        GmemStrideBmhd{}),
+      cute::take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, cute::_1{}));
+
+  struct Params {
+    TmaLoadQ tma_q;
+    TmaLoadKV tma_k;
+    TmaLoadKV tma_v;
+    int seqlen_q, seqlen_k, heads, batch;
+    float softmax_scale;
+  };
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    typename PipelineKV::SharedStorage pipeline_k;
+    typename PipelineKV::SharedStorage pipeline_v;
+    alignas(8) uint64_t q_full;
+    alignas(8) uint64_t q_empty;
+  };
+
+  static Params make_params(FlashFwdArgs const& args) {
+    using namespace cute;
+    const FlashFwdProblem& p = args.problem;
+    auto mQ = make_gmem_bmhd(static_cast<Element const*>(args.q), p.seqlen_q, kHeadDim, p.heads, p.batch, p.q);
+    auto mK = make_gmem_bmhd(static_cast<Element const*>(args.k), p.seqlen_k, kHeadDim, p.heads, p.batch, p.k);
+    auto mV = make_gmem_bmhd(static_cast<Element const*>(args.v), p.seqlen_k, kHeadDim, p.heads, p.batch, p.v);
+    return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale};
+  }
+
+  CUTE_DEVICE static void prefetch_descriptors(Params const& params) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
+
+  // Called by one thread before the CTA-wide barrier that follows pipeline construction.
+  CUTE_DEVICE static void init_q_barriers(SharedStorage& smem) {
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    cutlass::arch::ClusterBarrier::init(&smem.q_empty, Config::kNumMmaThreads);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Producer: one thread. `tile_iteration` counts this CTA's tiles (0 for its first).
+  CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
+                               PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
+                               TileCoord tile, int tile_iteration) {
+    using namespace cute;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutKV{});
+
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(params.seqlen_q, int(kHeadDim), params.heads, params.batch));
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(params.seqlen_k, int(kHeadDim), params.heads, params.batch));
+    Tensor mV = params.tma_v.get_tma_tensor(make_shape(params.seqlen_k, int(kHeadDim), params.heads, params.batch));
+    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), TileShapeQ{}, make_coord(tile.m_block, _0{}));
+    Tensor gK = local_tile(mK(_, _, tile.head, tile.batch), TileShapeKV{}, make_coord(_, _0{}));  // (bN, d, n)
+    Tensor gV = local_tile(mV(_, _, tile.head, tile.batch), TileShapeKV{}, make_coord(_, _0{}));
+
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+    auto load_k = [&](int n) {
+      pipeline_k.producer_acquire(k_state);
+      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0), tKgK(_, n), tKsK(_, k_state.index()));
+      ++k_state;
+    };
+    auto load_v = [&](int n) {
+      pipeline_v.producer_acquire(v_state);
+      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0), tVgV(_, n), tVsV(_, v_state.index()));
+      ++v_state;
+    };
+
+    const int n_last = ceil_div(params.seqlen_k, kBlockN) - 1;
+    load_k(n_last);
+    if (tile_iteration > 0) {
+      cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
+    }
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
+    copy(params.tma_q.with(smem.q_full, 0), tQgQ, tQsQ);
+    for (int n = n_last; n > 0; --n) {
+      load_k(n - 1);
+      load_v(n);
+    }
+    load_v(0);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Consumers: all 256 threads of warpgroups 1 and 2; `thread_idx` in [0, 256).
+  template <class FragO, class Softmax>
+  CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
+                              PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
+                              FragO& tOrO, Softmax& softmax, int thread_idx, int tile_iteration) {
+    using namespace cute;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
+
+    TiledMmaQK tiled_mma_qk;
+    TiledMmaPV tiled_mma_pv;
+    auto thr_mma_qk = tiled_mma_qk.get_thread_slice(thread_idx);
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(thread_idx);
+    Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrV = thr_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+
+    Tensor tSrS = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    // P in bf16, laid out as the A operand of O += P V. Its registers hold the same (row, col) elements
+    // in the same order as the S accumulator (SM90 C fragment of 64xN == A fragments of N/16 k-blocks).
+    Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    static_assert(decltype(size(tSrS))::value == decltype(size(tOrP))::value);
+
+    Tensor cS = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor tScS = thr_mma_qk.partition_C(cS);
+
+    const int warp_group = thread_idx / 128;
+    constexpr int kRows = Softmax::kNumRows;  // 2
+    float o_rescale[kRows];
+
+    auto convert_s_to_p = [&]() {
+      constexpr int N = decltype(size(tSrS))::value;
+      cutlass::NumericArrayConverter<Element, float, N> convert;
+      auto p = convert(*reinterpret_cast<cutlass::Array<float, N> const*>(tSrS.data()));
+      *reinterpret_cast<cutlass::Array<Element, N>*>(tOrP.data()) = p;
+    };
+
+    const int n_last = ceil_div(params.seqlen_k, kBlockN) - 1;
+    softmax.reset();
+    clear(tOrO);
+    cutlass::arch::ClusterBarrier::wait(&smem.q_full, tile_iteration & 1);
+
+    // First (last-in-sequence, possibly partial) key block.
+    pipeline_k.consumer_wait(k_state);
+    named_barrier_wait_turn(warp_group);
+    wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
+    named_barrier_pass_turn(warp_group);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    pipeline_k.consumer_release(k_state);
+    ++k_state;
+    if ((n_last + 1) * kBlockN > params.seqlen_k) {
+      const int cols_left = params.seqlen_k - n_last * kBlockN;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        if (get<1>(tScS(i)) >= cols_left) tSrS(i) = -INFINITY;
+      }
+    }
+    softmax.update(tSrS, o_rescale);
+    convert_s_to_p();
+
+    for (int n = n_last - 1; n >= 0; --n) {
+      pipeline_k.consumer_wait(k_state);
+      named_barrier_wait_turn(warp_group);
+      wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
+      pipeline_v.consumer_wait(v_state);
+      wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
+      named_barrier_pass_turn(warp_group);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      pipeline_k.consumer_release(k_state);
+      ++k_state;
+      softmax.update(tSrS, o_rescale);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      pipeline_v.consumer_release(v_state);
+      ++v_state;
+      Softmax::rescale(tOrO, o_rescale);
+      convert_s_to_p();
+    }
+    // Every S = Q K^T of this tile has completed: the producer may load the next tile's Q.
+    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);
+
+    pipeline_v.consumer_wait(v_state);
+    named_barrier_wait_turn(warp_group);
+    wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
+    named_barrier_pass_turn(warp_group);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    pipeline_v.consumer_release(v_state);
+    ++v_state;
+  }
+};
+
+}  // namespace xstage::attention

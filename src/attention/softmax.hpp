@@ -1,0 +1,115 @@
+// Online softmax over the rows of a wgmma accumulator tile, in the log2 domain.
+//
+// Each consumer thread holds 2 rows of its warpgroup's 64-row tile (SM90 accumulator layout
+// ((2 cols, 2 rows, N/8 col groups), MMA_M = 1, MMA_N = 1)); the 4 threads of a quad share a row, so row
+// reductions are two butterfly shuffles. Scores stay raw in the accumulator; p = 2^(s*scale_log2 - m*scale_log2)
+// is one FFMA and one ex2 per element. Row sums are kept per thread and reduced across the quad once, at
+// the end of the tile.
+#pragma once
+
+#include <cmath>
+#include <cute/tensor.hpp>
+
+namespace xstage::attention {
+
+// View an SM90 accumulator fragment ((2,2,V), MMA_M, MMA_N) as (rows, cols).
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto accumulator_rowcol(Layout const& acc) {
+  using namespace cute;
+  static_assert(rank(Layout{}) == 3 && rank(get<0>(Layout{})) == 3, "expects an SM90 wgmma accumulator");
+  auto v = get<0>(acc);
+  return make_layout(make_layout(get<1>(v), get<1>(acc)), make_layout(get<0>(v), get<2>(v), get<2>(acc)));
+}
+
+CUTE_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+CUTE_DEVICE float quad_allreduce_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+CUTE_DEVICE float quad_allreduce_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  static constexpr int kNumRows = kRows;
+  float scale_log2;  // softmax_scale * log2(e)
+  float row_max[kRows];
+  float row_sum[kRows];
+
+  CUTE_DEVICE explicit OnlineSoftmax(float softmax_scale) : scale_log2(softmax_scale * float(M_LOG2E)) {}
+
+  CUTE_DEVICE void reset() {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // Turns the raw scores in `acc_s` into unnormalised probabilities against the running row maximum,
+  // and returns in `o_rescale` the factor by which the output accumulated so far must be multiplied.
+  template <class TensorS>
+  CUTE_DEVICE void update(TensorS& acc_s, float (&o_rescale)[kRows]) {
+    using namespace cute;
+    Tensor s = make_tensor(acc_s.data(), accumulator_rowcol(acc_s.layout()));
+    static_assert(decltype(size<0>(s))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+      m = quad_allreduce_max(m);
+      // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
+      const float m_safe = (m == -INFINITY) ? 0.f : m;
+      const float m_scaled = m_safe * scale_log2;
+      o_rescale[r] = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled);
+      row_max[r] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled);
+        s(r, c) = p;
+        sum += p;
+      }
+      row_sum[r] = row_sum[r] * o_rescale[r] + sum;
+    }
+  }
+
+  template <class TensorO>
+  CUTE_DEVICE static void rescale(TensorO& acc_o, float const (&o_rescale)[kRows]) {
+    using namespace cute;
+    Tensor o = make_tensor(acc_o.data(), accumulator_rowcol(acc_o.layout()));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= o_rescale[r];
+    }
+  }
+
+  // Normalises the output rows by their softmax denominators; returns each row's natural-log LSE
+  // (softmax_scale * max + ln(sum)) in `lse`.
+  template <class TensorO>
+  CUTE_DEVICE void finalize(TensorO& acc_o, float (&lse)[kRows]) {
+    using namespace cute;
+    Tensor o = make_tensor(acc_o.data(), accumulator_rowcol(acc_o.layout()));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_allreduce_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);  // no key contributed (cannot happen with seqlen_k >= 1)
+      const float inv = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? -INFINITY : (row_max[r] * scale_log2 + __log2f(sum)) * float(M_LN2);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv;
+    }
+  }
+};
+
+}  // namespace xstage::attention

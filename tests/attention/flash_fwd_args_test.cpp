@@ -1,0 +1,117 @@
+// Index/stride math and argument validation of the forward kernel (no GPU needed).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attention/flash_fwd.hpp"
+#include "attention/flash_fwd_params.hpp"
+#include "common/error.hpp"
+
+namespace xstage::attention {
+namespace {
+
+TEST(BmhdStrides, PackedOffsetsMatchRowMajorBMHD) {
+  const int B = 2, M = 5, H = 3, D = 64;
+  const BmhdStrides s = packed_bmhd_strides(M, H, D);
+  int64_t expect = 0;
+  for (int b = 0; b < B; ++b)
+    for (int m = 0; m < M; ++m)
+      for (int h = 0; h < H; ++h)
+        for (int c = 0; c < D; ++c) ASSERT_EQ(bmhd_offset(s, b, m, h, c), expect++);
+}
+
+TEST(BmhdStrides, PackedQkvViewsInterleave) {
+  // [b, M, 3, h, d]: Q, K, V are three views with row stride 3*h*d and base offsets 0, h*d, 2*h*d.
+  const int M = 7, H = 4, D = 128;
+  const BmhdStrides s{int64_t(M) * 3 * H * D, 3 * H * D, D};
+  EXPECT_EQ(bmhd_offset(s, 0, 1, 0, 0), 3 * H * D);
+  EXPECT_EQ(bmhd_offset(s, 1, 0, 2, 5), int64_t(M) * 3 * H * D + 2 * D + 5);
+}
+
+TEST(LseOffset, BatchHeadsSeq) {
+  EXPECT_EQ(lse_offset(12, 4096, 0, 0, 7), 7);
+  EXPECT_EQ(lse_offset(12, 4096, 0, 1, 0), 4096);
+  EXPECT_EQ(lse_offset(12, 4096, 1, 0, 0), 12 * 4096);
+}
+
+// A well-formed problem with fake (aligned, never dereferenced) pointers.
+FlashFwdArgs valid_args(int d = 128) {
+  FlashFwdArgs a;
+  a.problem.batch = 2;
+  a.problem.seqlen_q = a.problem.seqlen_k = 1000;
+  a.problem.heads = 3;
+  a.problem.head_dim = d;
+  a.problem.softmax_scale = 0.125f;
+  a.problem.q = a.problem.k = a.problem.v = a.problem.o = packed_bmhd_strides(1000, 3, d);
+  a.q = a.k = a.v = reinterpret_cast<void*>(uintptr_t(0x10000));
+  a.o = reinterpret_cast<void*>(uintptr_t(0x20000));
+  return a;
+}
+
+std::string error_of(const FlashFwdArgs& a) {
+  try {
+    validate_flash_fwd_args(a);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Validate, AcceptsWellFormedProblems) {
+  EXPECT_EQ(error_of(valid_args(128)), "");
+  EXPECT_EQ(error_of(valid_args(64)), "");
+  FlashFwdArgs a = valid_args();
+  a.problem.seqlen_q = 1;
+  a.problem.seqlen_k = 77;
+  EXPECT_EQ(error_of(a), "");
+}
+
+TEST(Validate, RejectsUnbuiltHeadDims) {
+  for (int d : {0, 32, 96, 256}) {
+    FlashFwdArgs a = valid_args();
+    a.problem.head_dim = d;
+    EXPECT_NE(error_of(a).find("head_dim must be 64 or 128"), std::string::npos) << d;
+  }
+}
+
+TEST(Validate, RejectsEmptyShapes) {
+  FlashFwdArgs a = valid_args();
+  a.problem.seqlen_q = 0;
+  EXPECT_NE(error_of(a).find(">= 1"), std::string::npos);
+  a = valid_args();
+  a.problem.heads = -1;
+  EXPECT_NE(error_of(a).find(">= 1"), std::string::npos);
+}
+
+TEST(Validate, RejectsStridesTheTmaCannotUse) {
+  FlashFwdArgs a = valid_args();
+  a.problem.k.row = 3 * 128 + 4;  // not a multiple of 16 bytes
+  EXPECT_NE(error_of(a).find("K row stride"), std::string::npos);
+  a = valid_args();
+  a.problem.o.head = 0;
+  EXPECT_NE(error_of(a).find("O head stride"), std::string::npos);
+}
+
+TEST(Validate, RejectsNullAndMisalignedPointers) {
+  FlashFwdArgs a = valid_args();
+  a.v = nullptr;
+  EXPECT_NE(error_of(a).find("V pointer is null"), std::string::npos);
+  a = valid_args();
+  a.q = reinterpret_cast<void*>(uintptr_t(0x10008));
+  EXPECT_NE(error_of(a).find("16-byte aligned"), std::string::npos);
+}
+
+TEST(Validate, RejectsBadScale) {
+  FlashFwdArgs a = valid_args();
+  a.problem.softmax_scale = 0.f;
+  EXPECT_NE(error_of(a).find("softmax_scale"), std::string::npos);
+}
+
+TEST(TileDescription, NamesTheTileShape) {
+  EXPECT_EQ(flash_fwd_tile_description(128), "b_m=128 b_n=128 stages=2");
+  EXPECT_EQ(flash_fwd_tile_description(64), "b_m=128 b_n=192 stages=3");
+}
+
+}  // namespace
+}  // namespace xstage::attention

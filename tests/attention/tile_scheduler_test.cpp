@@ -1,0 +1,81 @@
+// The persistent tile scheduler emits every (batch, head, m_block) exactly once, for any grid size.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "attention/tile_scheduler.hpp"
+#include "attention/tile_shapes.hpp"
+
+namespace xstage::attention {
+namespace {
+
+void expect_every_tile_once(int num_m_blocks, int heads, int batch, int num_sms) {
+  const StaticPersistentTileScheduler s{num_m_blocks, heads, batch};
+  const int grid = StaticPersistentTileScheduler::grid_size(s.num_tiles(), num_sms);
+  ASSERT_GE(grid, 1);
+  ASSERT_LE(grid, num_sms);
+  std::vector<int> seen(s.num_tiles(), 0);
+  std::set<std::tuple<int, int, int>> coords;
+  for (int cta = 0; cta < grid; ++cta) {
+    int count = 0;
+    for (int t = s.first_tile(cta); s.valid(t); t = s.next_tile(t, grid)) {
+      ASSERT_GE(t, 0);
+      ++seen[t];
+      const TileCoord c = s.coord(t);
+      ASSERT_GE(c.m_block, 0);
+      ASSERT_LT(c.m_block, num_m_blocks);
+      ASSERT_GE(c.head, 0);
+      ASSERT_LT(c.head, heads);
+      ASSERT_GE(c.batch, 0);
+      ASSERT_LT(c.batch, batch);
+      coords.insert({c.batch, c.head, c.m_block});
+      ++count;
+    }
+    // Balanced: CTA loads differ by at most one tile.
+    const int lo = s.num_tiles() / grid;
+    EXPECT_TRUE(count == lo || count == lo + 1) << "cta " << cta << " got " << count;
+  }
+  for (int t = 0; t < s.num_tiles(); ++t) EXPECT_EQ(seen[t], 1) << "tile " << t;
+  EXPECT_EQ(int(coords.size()), s.num_tiles());
+}
+
+TEST(TileScheduler, EveryTileOnceForManyShapesAndGrids) {
+  for (int sms : {1, 7, 132}) {
+    expect_every_tile_once(1, 1, 1, sms);
+    expect_every_tile_once(64, 4, 1, sms);     // M=8192, 4 heads
+    expect_every_tile_once(3, 5, 3, sms);      // odd sizes
+    expect_every_tile_once(512, 12, 1, sms);   // M=65536, 12 heads
+  }
+}
+
+TEST(TileScheduler, MBlockVariesFastestSoConcurrentCtasShareKV) {
+  const StaticPersistentTileScheduler s{10, 3, 2};
+  for (int t = 0; t + 1 < s.num_tiles(); ++t) {
+    const TileCoord a = s.coord(t), b = s.coord(t + 1);
+    if (a.m_block + 1 < 10) {
+      EXPECT_EQ(b.m_block, a.m_block + 1);
+      EXPECT_EQ(b.head, a.head);
+      EXPECT_EQ(b.batch, a.batch);
+    }
+  }
+  EXPECT_EQ(s.coord(10).head, 1);
+  EXPECT_EQ(s.coord(30).batch, 1);
+}
+
+TEST(TileScheduler, GridNeverExceedsTilesOrSms) {
+  EXPECT_EQ(StaticPersistentTileScheduler::grid_size(5, 132), 5);
+  EXPECT_EQ(StaticPersistentTileScheduler::grid_size(1000, 132), 132);
+}
+
+TEST(TileShapes, TwoConfigurations) {
+  EXPECT_EQ(fwd_tile_shape(128).block_m, 128);
+  EXPECT_EQ(fwd_tile_shape(128).block_n, 128);
+  EXPECT_EQ(fwd_tile_shape(64).block_n, 192);
+  EXPECT_EQ(ceil_div(8193, 128), 65);
+  EXPECT_EQ(ceil_div(1, 192), 1);
+}
+
+}  // namespace
+}  // namespace xstage::attention

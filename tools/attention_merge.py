@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Joins `xstage attention bench` JSON with tools/attention_cudnn_bench.py JSON into one table:
+TFLOP/s of xstage, cuDNN (and torch's flash backend), and the ratio xstage / cuDNN per point."""
+import argparse
+import json
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("xstage_json")
+    ap.add_argument("torch_json")
+    ap.add_argument("--markdown", default="")
+    a = ap.parse_args()
+    ours = json.load(open(a.xstage_json))
+    theirs = json.load(open(a.torch_json))
+    base = {}
+    for p in theirs["points"]:
+        base[(p["backend"], p["head_dim"], p["heads"], p["seqlen"])] = p.get("tflops")
+    lines = ["| d | heads | M | xstage TFLOP/s | cuDNN TFLOP/s | xstage/cuDNN | torch-flash TFLOP/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in ours["points"]:
+        key = (p["head_dim"], p["heads"], p["seqlen"])
+        cud = base.get(("cudnn",) + key)
+        fl = base.get(("flash",) + key)
+        ratio = p["tflops"] / cud if cud else None
+        f = lambda x, fmt="{:.1f}": fmt.format(x) if x is not None else "n/a"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {p['tflops']:.1f} | {f(cud)} | {f(ratio, '{:.3f}')} | {f(fl)} |")
+    text = "\n".join(lines)
+    print(text)
+    if a.markdown:
+        with open(a.markdown, "w") as fh:
+            fh.write(f"GPU: {ours['gpu']['name']}; SM clock measured {ours.get('sm_clock_mhz_measured', 0):.0f} MHz; "
+                     f"torch {theirs['torch']}, cuDNN {theirs['cudnn']}\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,6 @@ struct FlashFwdKernel {
     using namespace cute;
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warp_group = threadIdx.x / 128;
-    const int warp_in_group = (threadIdx.x / 32) % 4;
     const bool is_producer = warp_group == 0;
 
     if (threadIdx.x == 0) {
@@ -64,7 +63,7 @@ struct FlashFwdKernel {
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-      if (warp_in_group == 0 && cute::elect_one_sync()) {
+      if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
         auto k_state = cutlass::make_producer_start_state<PipelineKV>();
         auto v_state = cutlass::make_producer_start_state<PipelineKV>();
         int iteration = 0;

@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "attention/epilogue_store.hpp"
 #include "attention/flash_fwd_kernel.hpp"
 #include "attention/flash_fwd_params.hpp"
@@ -26,8 +29,13 @@ void launch_flash_fwd(FlashFwdArgs const& args, cudaStream_t stream) {
 
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
-  // Cheap, and needed once per device and process; repeating it keeps the launcher stateless.
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  // The shared-memory opt-in is per device; done once per device so small launches stay cheap.
+  static std::atomic<uint64_t> opted_in_devices{0};
+  const uint64_t bit = uint64_t(1) << (device % 64);
+  if ((opted_in_devices.load(std::memory_order_acquire) & bit) == 0) {
+    XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    opted_in_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
 
   const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
   kernel<<<grid, Kernel::kNumThreads, smem_bytes, stream>>>(params);

@@ -255,7 +255,7 @@ void print_design_test(const DesignTest& t) {
 }
 
 json design_test_json(const DesignTest& t) {
-  return {{"verdict", to_string(t.verdict)},
+  return {{"verdict", verdict_id(t.verdict)},
           {"action", t.action},
           {"V_bytes", t.V_bytes},
           {"G_ns", t.G_ns},
@@ -465,7 +465,7 @@ void run_moe(const CommonOptions& common, const MoeOptions& o) {
                {"kernel", kernel},
                {"V_t_bytes", a.B_bytes},
                {"V_bytes", a.V_bytes},
-               {"verdict", to_string(a.verdict)},
+               {"verdict", verdict_id(a.verdict)},
                {"action", a.action},
                {"wave", design_test_json(a.wave)},
                {"interleaved", design_test_json(a.interleaved)},
@@ -566,7 +566,7 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                {"q_peak_bytes", a.q_peak_bytes},
                {"capacity_bound_holds", a.capacity_bound_holds},
                {"M_ub_tokens", a.M_ub},
-               {"verdict", to_string(a.verdict)},
+               {"verdict", verdict_id(a.verdict)},
                {"action", a.action},
                {"seq_lens", points}});
     return;

@@ -77,6 +77,15 @@ const char* to_string(Verdict verdict) {
   return "?";
 }
 
+const char* verdict_id(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::piggyback: return "piggyback";
+    case Verdict::reshape: return "reshape";
+    case Verdict::shrink_burst: return "shrink_burst";
+  }
+  return "?";
+}
+
 namespace {
 
 // The words behind each verdict (§4.1). Numbers are quoted so the user can act without re-deriving them.

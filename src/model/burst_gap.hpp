@@ -66,7 +66,8 @@ enum class Verdict {
   reshape,       // rate bound broken: put useful work between bursts (or shrink the burst)
   shrink_burst,  // capacity bound broken: one aligned burst overflows Q whatever the gap
 };
-const char* to_string(Verdict verdict);
+const char* to_string(Verdict verdict);  // words: "piggyback", "reshape", "shrink the burst"
+const char* verdict_id(Verdict verdict);  // identifiers for JSON: "piggyback", "reshape", "shrink_burst"
 
 struct DesignTest {
   // The pattern and the platform it was judged against.

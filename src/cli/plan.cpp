@@ -327,12 +327,14 @@ void print_simulation(const SimulationResult& s, const SimulationConfig& c, cons
   std::printf("\nsimulated %d producers x %d bursts (first %d left out), stagger %s, jitter +-%s, seed %llu\n",
               c.K, c.bursts, c.bursts / 2, format_time_ns(c.stagger_ns).c_str(), format_time_ns(c.jitter_ns).c_str(),
               static_cast<unsigned long long>(c.seed));
-  std::printf("  T_iss     median %s   p10 %s   p90 %s   (aligned closed form %s)\n",
+  std::printf("  T_iss     median %s   p10 %s   p90 %s   mean %s   (aligned closed form %s)\n",
               format_time_ns(s.T_iss_ns.median).c_str(), format_time_ns(s.T_iss_ns.p10).c_str(),
-              format_time_ns(s.T_iss_ns.p90).c_str(), format_time_ns(t.T_iss_ns).c_str());
-  std::printf("  T_period  median %s   p10 %s   p90 %s   (aligned closed form %s)\n",
+              format_time_ns(s.T_iss_ns.p90).c_str(), format_time_ns(s.T_iss_ns.mean).c_str(),
+              format_time_ns(t.T_iss_ns).c_str());
+  std::printf("  T_period  median %s   p10 %s   p90 %s   mean %s   (aligned closed form %s)\n",
               format_time_ns(s.T_period_ns.median).c_str(), format_time_ns(s.T_period_ns.p10).c_str(),
-              format_time_ns(s.T_period_ns.p90).c_str(), format_time_ns(t.T_period_ns).c_str());
+              format_time_ns(s.T_period_ns.p90).c_str(), format_time_ns(s.T_period_ns.mean).c_str(),
+              format_time_ns(t.T_period_ns).c_str());
   std::printf("  peak outstanding %s of Q = %s; throttled at Q %s of the time\n",
               format_bytes(s.max_outstanding_bytes).c_str(), format_bytes(t.platform.Q_bytes).c_str(),
               format_percent(s.throttled_fraction).c_str());
@@ -392,7 +394,7 @@ void run_pattern(const CommonOptions& common, const PatternOptions& o) {
               format_bytes(look.point.Q_bytes).c_str(), tests[0].capacity_bound_holds ? "holds" : "BROKEN");
   std::printf("%10s %11s %11s %11s %13s %11s  %-16s", "G", "T_iss", "overhead", "T_period", "T_period(cc)",
               "V/(T0+G)", "verdict");
-  if (o.sim.simulate) std::printf(" %11s %11s %11s", "sim T_iss", "p90", "sim T_per");
+  if (o.sim.simulate) std::printf(" %11s %11s %11s %11s", "sim T_iss", "p10", "p90", "T_per mean");
   std::printf("\n");
   for (std::size_t i = 0; i < tests.size(); ++i) {
     const DesignTest& t = tests[i];
@@ -401,8 +403,9 @@ void run_pattern(const CommonOptions& common, const PatternOptions& o) {
                 format_time_ns(t.T_period_ns).c_str(), format_time_ns(t.T_period_cc_ns).c_str(),
                 format_rate(t.injection_rate_bytes_per_ns).c_str(), to_string(t.verdict));
     if (sims[i])
-      std::printf(" %11s %11s %11s", format_time_ns(sims[i]->T_iss_ns.median).c_str(),
-                  format_time_ns(sims[i]->T_iss_ns.p90).c_str(), format_time_ns(sims[i]->T_period_ns.median).c_str());
+      std::printf(" %11s %11s %11s %11s", format_time_ns(sims[i]->T_iss_ns.median).c_str(),
+                  format_time_ns(sims[i]->T_iss_ns.p10).c_str(), format_time_ns(sims[i]->T_iss_ns.p90).c_str(),
+                  format_time_ns(sims[i]->T_period_ns.mean).c_str());
     std::printf("\n");
   }
   std::printf("\naction at G = %s: %s\n", format_time_ns(tests[0].G_ns).c_str(), tests[0].action.c_str());

@@ -1,5 +1,6 @@
 // Platform files: round trip, validation messages, the shipped default, interpolation and clamping.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>

@@ -28,6 +28,8 @@
 //    A K with no branch point gets no Q; its lower bound max(V − R·T_iso) over the sweep is recorded.
 #include "calibration/fit.hpp"
 
+#include "model/burst_gap.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -100,88 +102,28 @@ std::map<PointKey, double> local_control(const std::vector<const BurstSample*>& 
   return out;
 }
 
+// The model's closed forms at one (K, B): one implementation of Eqs. 3, 4 for fit, planner and plots.
+// The fit queries only inside its own grid, where the model's interpolation is exact or linear.
+model::PlatformPoint point_at(const model::PlatformTriple& triple, int K, std::int64_t B_bytes) {
+  model::PlatformPoint p;
+  p.T_iss0_ns = model::interpolate_T_iss0_ns(triple, K, static_cast<double>(B_bytes)).value;
+  p.R_bytes_per_ns = triple.R_bytes_per_ns;
+  return p;
+}
+
+double T_iss0_at(const model::PlatformTriple& triple, int K, std::int64_t B_bytes) {
+  return point_at(triple, K, B_bytes).T_iss0_ns;
+}
+
 // max(local control, plateau T_iss0): the issue-only time a remote point is compared with.
 double issue_only_ns(const model::PlatformTriple& triple, const std::map<PointKey, double>& local,
                      const BurstSample& s) {
-  double ref = interpolate_T_iss0_ns(triple, s.K, s.B_bytes);
+  double ref = T_iss0_at(triple, s.K, s.B_bytes);
   if (auto it = local.find(key_of(s)); it != local.end()) ref = std::max(ref, it->second);
   return ref;
 }
 
-// T along B for one grid K: interpolate inside, extrapolate along the end segment outside.
-double along_B(const std::map<std::int64_t, double>& row, std::int64_t B_bytes) {
-  if (row.size() == 1) return row.begin()->second;
-  const double B = static_cast<double>(B_bytes);
-  auto hi = row.lower_bound(B_bytes);
-  if (hi != row.end() && hi->first == B_bytes) return hi->second;
-  if (hi != row.begin() && hi != row.end()) {  // inside the measured range: plain linear interpolation
-    auto lo = std::prev(hi);
-    const double w = (B - lo->first) / static_cast<double>(hi->first - lo->first);
-    return (1.0 - w) * lo->second + w * hi->second;
-  }
-  // Outside: T_iss0 ≈ fixed cost + B / issue rate, so the end segment extends it; clamp the slope at 0
-  // so noise cannot make a longer burst issue faster.
-  const bool below = (hi == row.begin());
-  auto a = below ? row.begin() : std::prev(row.end(), 2);
-  auto b = std::next(a);
-  const double slope = std::max(0.0, (b->second - a->second) / static_cast<double>(b->first - a->first));
-  if (!below) return b->second + slope * (B - b->first);
-  // Below the smallest B an issue time cannot shrink faster than the bytes it issues.
-  return std::max(a->second + slope * (B - a->first), a->second * B / a->first);
-}
-
 }  // namespace
-
-double interpolate_T_iss0_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes) {
-  require_input(!triple.T_iss0.empty(), "T_iss0 grid is empty: the platform triple has no plateau points");
-  require_input(K > 0 && B_bytes > 0, "T_iss0 asked for K=" + std::to_string(K) + ", B=" +
-                                          std::to_string(B_bytes) + " bytes: both must be positive");
-  // Rows by K; duplicate (K, B) points are averaged.
-  std::map<int, std::map<std::int64_t, std::pair<double, int>>> sums;
-  for (const auto& p : triple.T_iss0) {
-    auto& [sum, n] = sums[p.K][p.B_bytes];
-    sum += p.T_iss0_ns;
-    ++n;
-  }
-  std::map<int, std::map<std::int64_t, double>> rows;
-  for (const auto& [k, row] : sums)
-    for (const auto& [b, sn] : row) rows[k][b] = sn.first / sn.second;
-
-  auto hi = rows.lower_bound(K);
-  if (hi == rows.end()) return along_B(std::prev(hi)->second, B_bytes);  // above the grid: clamp in K
-  if (hi->first == K || hi == rows.begin()) return along_B(hi->second, B_bytes);
-  auto lo = std::prev(hi);
-  const double w = static_cast<double>(K - lo->first) / (hi->first - lo->first);
-  return (1.0 - w) * along_B(lo->second, B_bytes) + w * along_B(hi->second, B_bytes);
-}
-
-double predict_T_iss_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes, double G_ns) {
-  const double V_bytes = static_cast<double>(K) * B_bytes;
-  return std::max(interpolate_T_iss0_ns(triple, K, B_bytes), V_bytes / triple.R_bytes_per_ns - G_ns);  // eq. 3
-}
-
-double predict_T_period_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes, double G_ns) {
-  const double V_bytes = static_cast<double>(K) * B_bytes;
-  return std::max(interpolate_T_iss0_ns(triple, K, B_bytes) + G_ns, V_bytes / triple.R_bytes_per_ns);  // eq. 4
-}
-
-double predict_T_iso_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes) {
-  const double T_iss0_ns = interpolate_T_iss0_ns(triple, K, B_bytes);
-  if (triple.Q.empty()) return T_iss0_ns;
-  std::map<int, double> Q_by_K;
-  for (const auto& q : triple.Q) Q_by_K[q.K] = q.Q_bytes;
-  double Q_bytes;
-  auto hi = Q_by_K.lower_bound(K);
-  if (hi == Q_by_K.end()) Q_bytes = std::prev(hi)->second;
-  else if (hi->first == K || hi == Q_by_K.begin()) Q_bytes = hi->second;
-  else {
-    auto lo = std::prev(hi);
-    const double w = static_cast<double>(K - lo->first) / (hi->first - lo->first);
-    Q_bytes = (1.0 - w) * lo->second + w * hi->second;
-  }
-  const double V_bytes = static_cast<double>(K) * B_bytes;
-  return std::max(T_iss0_ns, (V_bytes - Q_bytes) / triple.R_bytes_per_ns);  // eq. 6
-}
 
 FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::StorePath path,
                               const std::vector<int>& held_out_K) {
@@ -329,7 +271,7 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
     int short_gaps = 0;
     std::string example;
     for (const auto* s : pick(Sweep::plateau, Destination::remote, false)) {
-      const double G_star = s->V_bytes() / R - interpolate_T_iss0_ns(triple, s->K, s->B_bytes);
+      const double G_star = s->V_bytes() / R - T_iss0_at(triple, s->K, s->B_bytes);
       if (s->gap_ns < G_star) {
         if (!short_gaps++)
           example = "K=" + std::to_string(s->K) + ", B=" + std::to_string(s->B_bytes) + ": G=" +
@@ -416,15 +358,21 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
 
   // ---- Validation: predict the gap sweeps with the triple alone (paper §3.4, Fig. 3a/b). ----
   {
-    std::vector<double> period_held, issue_held, cc_held, period_fit, issue_fit;
+    std::vector<double> period_held, issue_held, cc_held, period_fit, issue_fit, period_held_bp, issue_held_bp;
     for (const auto* s : pick(Sweep::gap, Destination::remote, true)) {
       const double G = s->gap_ns, V = static_cast<double>(s->V_bytes());
-      const double period_err = std::abs(predict_T_period_ns(triple, s->K, s->B_bytes, G) / s->T_period_ns - 1.0);
-      const double issue_err = std::abs(predict_T_iss_ns(triple, s->K, s->B_bytes, G) / s->T_iss_ns - 1.0);
+      const model::PlatformPoint p = point_at(triple, s->K, s->B_bytes);
+      const double period_err = std::abs(model::period_ns(p, V, G) / s->T_period_ns - 1.0);       // Eq. 4
+      const double issue_err = std::abs(model::issue_time_ns(p, V, G) / s->T_iss_ns - 1.0);       // Eq. 3
       if (held_out.count(s->K)) {
         period_held.push_back(period_err);
         issue_held.push_back(issue_err);
-        cc_held.push_back(std::abs((G + V / R) / s->T_period_ns - 1.0));  // completion-coupled sum
+        // The back-pressured branch (G < G*), where the model says more than "issue = T_iss0".
+        if (G < model::recovery_gap_ns(p, V)) {
+          period_held_bp.push_back(period_err);
+          issue_held_bp.push_back(issue_err);
+        }
+        cc_held.push_back(std::abs(model::period_completion_coupled_ns(p, V, G) / s->T_period_ns - 1.0));
       } else {
         period_fit.push_back(period_err);
         issue_fit.push_back(issue_err);
@@ -432,6 +380,8 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
     }
     report.period_err_heldout_median = median(period_held);
     report.issue_err_heldout_median = median(issue_held);
+    report.period_err_heldout_backpressured_median = median(period_held_bp);
+    report.issue_err_heldout_backpressured_median = median(issue_held_bp);
     report.period_err_completion_coupled_median = median(cc_held);
     report.period_err_fit_median = median(period_fit);
     report.issue_err_fit_median = median(issue_fit);
@@ -444,22 +394,32 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
     }
     if (period_fit.empty()) warn("no remote gap-sweep samples at fit K");
 
-    // The local control must not care about G (paper §3.4): worst max/min − 1 per (K, B, rank).
-    std::map<PointKey, std::vector<double>> local_T;
-    for (const auto* s : pick(Sweep::gap, Destination::local, true)) local_T[key_of(*s)].push_back(s->T_iss_ns);
+    // The local control must not care about G (paper §3.4): worst max/min − 1 per (K, B, rank). Where it
+    // does vary, say at which G and how fast the local stores were going there: at small G with all SMs
+    // the control meets the local memory system's own drain, which is not an instruction cost either.
+    std::map<PointKey, std::vector<const BurstSample*>> local_pts;
+    for (const auto* s : pick(Sweep::gap, Destination::local, true)) local_pts[key_of(*s)].push_back(s);
     double flatness = kNaN;
     int worst_K = 0;
-    for (const auto& [k, T] : local_T) {
-      if (T.size() < 2) continue;
-      const auto [lo, hi] = std::minmax_element(T.begin(), T.end());
-      const double f = *hi / *lo - 1.0;
-      if (std::isnan(flatness) || f > flatness) { flatness = f; worst_K = std::get<0>(k); }
+    const BurstSample* worst_point = nullptr;
+    nlohmann::json flat_per_K = nlohmann::json::array();
+    for (const auto& [k, pts] : local_pts) {
+      if (pts.size() < 2) continue;
+      const auto [lo, hi] = std::minmax_element(pts.begin(), pts.end(),
+                                                [](auto* a, auto* b) { return a->T_iss_ns < b->T_iss_ns; });
+      const double f = (*hi)->T_iss_ns / (*lo)->T_iss_ns - 1.0;
+      flat_per_K.push_back({{"K", std::get<0>(k)}, {"rank", (*hi)->rank}, {"flatness", f},
+                            {"slowest_at_gap_ns", (*hi)->gap_ns},
+                            {"local_rate_there_bytes_per_ns", static_cast<double>((*hi)->V_bytes()) / (*hi)->T_period_ns}});
+      if (std::isnan(flatness) || f > flatness) { flatness = f; worst_K = std::get<0>(k); worst_point = *hi; }
     }
     report.local_control_flatness = flatness;
     if (std::isnan(flatness)) warn("no local gap-sweep control: cannot show that the store loop itself is flat in G");
     else if (flatness > kTargetFlatness)
       warn("local control varies by " + percent(flatness) + " over the gap sweep at K=" + std::to_string(worst_K) +
-           " (target 5%); the gap changes the store loop itself, not only the remote drain");
+           " (target 5%), slowest at G = " + fixed(worst_point->gap_ns / 1000.0, 2) + " us where the local stores ran at " +
+           fixed(static_cast<double>(worst_point->V_bytes()) / worst_point->T_period_ns, 0) +
+           " bytes/ns: either the local memory's own drain or the loop itself");
 
     diag["validation"] = {
         {"model", "T_iss = max(T_iss0, V/R - G); T_period = max(T_iss0 + G, V/R); G measured; no refit"},
@@ -470,11 +430,15 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
         {"issue_err_fit_median", report.issue_err_fit_median},
         // Medians over a whole sweep are dominated by the recovered branch (G > G*); the maxima show
         // the worst point, usually near the corner of the max law.
+        {"period_err_heldout_backpressured_median", report.period_err_heldout_backpressured_median},
+        {"issue_err_heldout_backpressured_median", report.issue_err_heldout_backpressured_median},
+        {"n_heldout_backpressured", period_held_bp.size()},
         {"period_err_heldout_max", max_or_nan(period_held)},
         {"issue_err_heldout_max", max_or_nan(issue_held)},
         {"n_heldout", period_held.size()},
         {"n_fit", period_fit.size()},
         {"local_control_flatness", flatness},
+        {"local_control_flatness_per_K", flat_per_K},
         {"targets", {{"period_err_heldout", kTargetPeriodErr}, {"issue_err_heldout", kTargetIssueErr},
                      {"local_control_flatness", kTargetFlatness}, {"R_over_wall", kTargetWallAgreement}}}};
   }

@@ -29,6 +29,8 @@ struct FitReport {
   double R_over_wall_median = 0.0;  // R_fit / wall_bytes_per_ns over the drain-dominated points
   double period_err_heldout_median = 0.0, issue_err_heldout_median = 0.0;  // |rel err|, held-out K
   double period_err_fit_median = 0.0, issue_err_fit_median = 0.0;          // |rel err|, fit K
+  // Held-out points on the back-pressured branch only (G < G*), where the prediction is non-trivial.
+  double period_err_heldout_backpressured_median = 0.0, issue_err_heldout_backpressured_median = 0.0;
   double period_err_completion_coupled_median = 0.0;  // G + V/R at held-out K, for contrast
   double local_control_flatness = 0.0;  // max/min − 1 of local T_iss over a gap sweep, worst (K, B, rank)
   std::vector<std::string> warnings;    // e.g. "no knee for K=16 below V=4.00 MiB"
@@ -41,23 +43,5 @@ struct FitReport {
 // model::validate_platform (R > 0, non-empty T_iss0 grid and Q list, positive values).
 FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::StorePath path,
                               const std::vector<int>& held_out_K);
-
-// T_iss0 at any (K, B) from the measured grid: linear in B within each grid K (linear extrapolation
-// along the end segment outside the measured B, never decreasing in B, never below the proportional
-// scaling of the first point), then linear in K between the two grid K around K (clamped to the
-// nearest grid K outside). Throws InputError on an empty grid or K, B ≤ 0. Same as
-// model::interpolate_T_iss0_ns inside the grid; outside it the model clamps to the edge while this
-// extends the end segment (the fit only queries inside the grid). Because ADL also finds the model's
-// overload (double B), pass B as std::int64_t or qualify the call.
-double interpolate_T_iss0_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes);
-
-// The closed-form Burst–Gap predictions (paper eqs. 3, 4, 6), one implementation for fit, driver and
-// planner. G is the gap actually measured.
-double predict_T_iss_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes, double G_ns);
-double predict_T_period_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes, double G_ns);
-// Isolated burst: max(T_iss0, (V − Q)/R). With no Q(K) measured near K the capacity branch is
-// unknown; Q(K) is interpolated linearly in K between measured points and clamped outside; with no Q
-// at all the function returns T_iss0 (no capacity limit known).
-double predict_T_iso_ns(const model::PlatformTriple& triple, int K, std::int64_t B_bytes);
 
 }  // namespace xstage::calibration

@@ -15,7 +15,6 @@ namespace {
 constexpr int kTmaThreads = 32;
 // Every producer CTA asks for this much shared memory so that no two share an SM: K producers are K SMs.
 constexpr int kOneCtaPerSmSmemBytes = 120 * 1024;
-constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr std::uint64_t kGridWaitTimeoutNs = 2'000'000'000ull;
 constexpr std::uint64_t kAlignLeadNs = 3000;  // aligned bursts start this long after the last arrival
 
@@ -24,7 +23,8 @@ struct KernelArgs {
   std::int64_t slot_bytes;
   int slots;
   std::int64_t B_bytes;
-  int n_bursts;
+  int max_bursts;
+  std::uint64_t duration_ns;
   int isolated;
   std::uint64_t gap_cycles;
   std::uint64_t recovery_ns;
@@ -32,6 +32,7 @@ struct KernelArgs {
   int K;
   std::uint64_t* stamps;
   std::uint64_t* clock_ref;
+  int* bursts;
   unsigned* sync;
   unsigned* error;
 };
@@ -87,8 +88,16 @@ __device__ __forceinline__ void record_clock_ref(const KernelArgs& a, int which)
 }
 
 __device__ __forceinline__ void flush_stamps(const KernelArgs& a, const std::uint64_t* s_stamps, int bursts_done) {
-  std::uint64_t* out = a.stamps + static_cast<std::int64_t>(blockIdx.x) * a.n_bursts * 3;
+  std::uint64_t* out = a.stamps + static_cast<std::int64_t>(blockIdx.x) * a.max_bursts * 3;
   for (int i = threadIdx.x; i < bursts_done * 3; i += blockDim.x) out[i] = s_stamps[i];
+  if (threadIdx.x == 0) a.bursts[blockIdx.x] = bursts_done;
+}
+
+// Thread 0 of a periodic producer, before burst b: keep going until the deadline (at least 2 bursts).
+// The deadline is read from %globaltimer, never from memory: a load issued behind a queue of
+// back-pressured remote stores would wait for them and hide their cost in the gap.
+__device__ __forceinline__ bool periodic_continue(std::uint64_t deadline_ns, int b) {
+  return b < 2 || global_timer_ns() < deadline_ns;
 }
 
 // Plain 16-byte st.global from registers: 8 warps, coalesced, one region per producer.
@@ -101,10 +110,11 @@ __global__ void __launch_bounds__(kStoreThreads, 1) st_global_bench_kernel(Kerne
   auto* region = reinterpret_cast<uint4*>(a.dst + static_cast<std::int64_t>(p) * a.slots * a.slot_bytes);
   if (tid == 0) s_abort = 0;
   record_clock_ref(a, 0);
+  const std::uint64_t deadline_ns = global_timer_ns() + a.duration_ns;  // launch skew across CTAs: ~µs
 
   int b = 0;
-  for (; b < a.n_bursts; ++b) {
-    if (a.isolated && tid == 0 && !aligned_start(a, b)) s_abort = 1;
+  for (; b < a.max_bursts; ++b) {
+    if (tid == 0) s_abort = a.isolated ? !aligned_start(a, b) : !periodic_continue(deadline_ns, b);
     __syncthreads();
     if (s_abort) break;
     const std::uint64_t t_start = sm_clock();
@@ -151,13 +161,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1) tma_bulk_bench_kernel(KernelAr
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncwarp();
   record_clock_ref(a, 0);
+  const std::uint64_t deadline_ns = global_timer_ns() + a.duration_ns;
 
   int b = 0;
   if (tid == 0) {
     const auto src = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
     std::uint8_t* region = a.dst + static_cast<std::int64_t>(p) * a.slots * a.slot_bytes;
-    for (; b < a.n_bursts; ++b) {
-      if (a.isolated && !aligned_start(a, b)) break;
+    for (; b < a.max_bursts; ++b) {
+      if (a.isolated ? !aligned_start(a, b) : !periodic_continue(deadline_ns, b)) break;
       std::uint8_t* out = region + static_cast<std::int64_t>(b % a.slots) * a.slot_bytes;
       const std::uint64_t t_start = sm_clock();
       for (std::int64_t off = 0; off < a.B_bytes; off += kTmaChunkBytes) {
@@ -194,7 +205,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) tma_bulk_bench_kernel(KernelAr
 }
 
 __global__ void count_mismatches_kernel(const uint4* region, std::int64_t slot_vecs, int slots, std::int64_t nvec,
-                                        int K, int n_bursts, int tma, std::uint32_t seed,
+                                        int K, const int* bursts, int tma, std::uint32_t seed,
                                         unsigned long long* mismatches) {
   unsigned long long local = 0;
   const std::int64_t total = static_cast<std::int64_t>(K) * slots * nvec;
@@ -203,9 +214,10 @@ __global__ void count_mismatches_kernel(const uint4* region, std::int64_t slot_v
     const std::int64_t i = idx % nvec;
     const int s = static_cast<int>((idx / nvec) % slots);
     const int p = static_cast<int>(idx / (nvec * slots));
-    if (s >= n_bursts) continue;  // this slot was never written
+    const int n = bursts[p];
+    if (s >= n) continue;  // this slot was never written
     // The last burst that wrote slot s (TMA producers store burst 0's tile every time).
-    const int last_b = tma ? 0 : s + ((n_bursts - 1 - s) / slots) * slots;
+    const int last_b = tma ? 0 : s + ((n - 1 - s) / slots) * slots;
     const uint4 want = pattern_word(seed, p, last_b, i);
     const uint4 got = region[(static_cast<std::int64_t>(p) * slots + s) * slot_vecs + i];
     local += (got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w);
@@ -228,7 +240,7 @@ double quantile_of(std::vector<double>& v, double q) {
 }
 
 std::size_t smem_bytes(const StoreBenchConfig& cfg) {
-  const std::size_t stamps = sizeof(std::uint64_t) * 3 * static_cast<std::size_t>(cfg.n_bursts);
+  const std::size_t stamps = sizeof(std::uint64_t) * 3 * static_cast<std::size_t>(cfg.max_bursts);
   const std::size_t need = cfg.path == StorePath::tma_bulk ? static_cast<std::size_t>(cfg.B_bytes) + stamps : stamps;
   return std::max<std::size_t>(need, kOneCtaPerSmSmemBytes);
 }
@@ -248,29 +260,40 @@ void validate(const StoreBenchConfig& cfg, int max_K) {
     fail("B must be at most " + std::to_string(max_B) + " bytes for " + model::to_string(cfg.path) + ", got " +
          std::to_string(cfg.B_bytes));
   if (!(cfg.gap_ns >= 0) || cfg.gap_ns > 1e8) fail("gap G must be in [0, 1e8] ns, got " + std::to_string(cfg.gap_ns));
-  if (cfg.n_bursts < 2 || cfg.n_bursts > kMaxBursts)
-    fail("bursts per producer must be in 2.." + std::to_string(kMaxBursts) + ", got " + std::to_string(cfg.n_bursts));
+  if (cfg.max_bursts < 4 || cfg.max_bursts > kMaxBursts)
+    fail("bursts per producer must be in 4.." + std::to_string(kMaxBursts) + ", got " + std::to_string(cfg.max_bursts));
+  if (cfg.mode == Mode::periodic && !(cfg.duration_ns > 0 && cfg.duration_ns <= 1e9))
+    fail("a periodic launch must run for (0, 1 s], got " + std::to_string(cfg.duration_ns) + " ns");
   if (cfg.slots < 1 || cfg.slot_bytes < cfg.B_bytes || cfg.slot_bytes % 16 != 0)
     fail("destination slots must hold a burst (slot_bytes >= B, multiple of 16)");
   if (!cfg.dst) fail("no destination buffer");
-  if (smem_bytes(cfg) > static_cast<std::size_t>(kMaxSmemBytes))
-    fail("B plus the stamps of " + std::to_string(cfg.n_bursts) + " bursts exceed shared memory");
 }
 
 StoreBench::StoreBench(int max_K) : max_K_(max_K) {
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_stamps_, sizeof(std::uint64_t) * 3 * kMaxBursts * static_cast<std::size_t>(max_K)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_clock_, sizeof(std::uint64_t) * 4));
-  XSTAGE_CUDA_CHECK(cudaMalloc(&d_sync_, sizeof(unsigned) * 4));
+  XSTAGE_CUDA_CHECK(cudaMalloc(&d_bursts_, sizeof(int) * static_cast<std::size_t>(max_K)));
+  XSTAGE_CUDA_CHECK(cudaMalloc(&d_sync_, sizeof(unsigned) * 8));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_error_, sizeof(unsigned)));
   XSTAGE_CUDA_CHECK(cudaEventCreate(&ev_start_));
   XSTAGE_CUDA_CHECK(cudaEventCreate(&ev_stop_));
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(st_global_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(tma_bulk_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+  // Opt in to all the dynamic shared memory a block may have, less each kernel's static share.
+  int device = 0, optin = 0;
+  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes st{}, tma{};
+  XSTAGE_CUDA_CHECK(cudaFuncGetAttributes(&st, st_global_bench_kernel));
+  XSTAGE_CUDA_CHECK(cudaFuncGetAttributes(&tma, tma_bulk_bench_kernel));
+  max_smem_st_ = optin - static_cast<int>(st.sharedSizeBytes);
+  max_smem_tma_ = optin - static_cast<int>(tma.sharedSizeBytes);
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(st_global_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_st_));
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(tma_bulk_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_tma_));
 }
 
 StoreBench::~StoreBench() {
   cudaFree(d_stamps_);
   cudaFree(d_clock_);
+  cudaFree(d_bursts_);
   cudaFree(d_sync_);
   cudaFree(d_error_);
   cudaEventDestroy(ev_start_);
@@ -279,12 +302,18 @@ StoreBench::~StoreBench() {
 
 StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_gap, cudaStream_t stream) {
   validate(cfg, max_K_);
+  const std::size_t smem = smem_bytes(cfg);
+  const int max_smem = cfg.path == StorePath::tma_bulk ? max_smem_tma_ : max_smem_st_;
+  if (smem > static_cast<std::size_t>(max_smem))
+    throw InputError("B plus the stamps of " + std::to_string(cfg.max_bursts) + " bursts need " + std::to_string(smem) +
+                     " bytes of shared memory; this GPU allows " + std::to_string(max_smem));
   KernelArgs a{};
   a.dst = static_cast<std::uint8_t*>(cfg.dst);
   a.slot_bytes = cfg.slot_bytes;
   a.slots = cfg.slots;
   a.B_bytes = cfg.B_bytes;
-  a.n_bursts = cfg.n_bursts;
+  a.max_bursts = cfg.max_bursts;
+  a.duration_ns = static_cast<std::uint64_t>(cfg.duration_ns);
   a.isolated = cfg.mode == Mode::isolated;
   a.gap_cycles = static_cast<std::uint64_t>(std::llround(cfg.gap_ns * clock_mhz_for_gap / 1000.0));
   a.recovery_ns = static_cast<std::uint64_t>(std::llround(cfg.recovery_ns));
@@ -292,12 +321,12 @@ StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_
   a.K = cfg.K;
   a.stamps = d_stamps_;
   a.clock_ref = d_clock_;
+  a.bursts = d_bursts_;
   a.sync = d_sync_;
   a.error = d_error_;
 
-  XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_sync_, 0, sizeof(unsigned) * 4, stream));
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_sync_, 0, sizeof(unsigned) * 8, stream));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_error_, 0, sizeof(unsigned), stream));
-  const std::size_t smem = smem_bytes(cfg);
   XSTAGE_CUDA_CHECK(cudaEventRecord(ev_start_, stream));
   if (cfg.path == StorePath::st_global_16B)
     st_global_bench_kernel<<<cfg.K, kStoreThreads, smem, stream>>>(a);
@@ -315,9 +344,14 @@ StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_
                 " CTAs co-resident? another kernel may be occupying SMs)");
 
   StoreBenchRaw raw;
-  raw.stamps.resize(static_cast<std::size_t>(cfg.K) * cfg.n_bursts * 3);
-  XSTAGE_CUDA_CHECK(cudaMemcpy(raw.stamps.data(), d_stamps_, raw.stamps.size() * sizeof(std::uint64_t),
-                               cudaMemcpyDeviceToHost));
+  raw.bursts.resize(static_cast<std::size_t>(cfg.K));
+  XSTAGE_CUDA_CHECK(cudaMemcpy(raw.bursts.data(), d_bursts_, raw.bursts.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  // Copy only the stamps that were written: K rows of the longest producer's bursts.
+  const std::size_t row = sizeof(std::uint64_t) * 3 * static_cast<std::size_t>(cfg.max_bursts);
+  const std::size_t used = sizeof(std::uint64_t) * 3 * static_cast<std::size_t>(*std::max_element(raw.bursts.begin(), raw.bursts.end()));
+  raw.stamps.resize(static_cast<std::size_t>(cfg.K) * cfg.max_bursts * 3);
+  XSTAGE_CUDA_CHECK(cudaMemcpy2D(raw.stamps.data(), row, d_stamps_, row, used, static_cast<std::size_t>(cfg.K),
+                                 cudaMemcpyDeviceToHost));
   std::uint64_t clock_ref[4];
   XSTAGE_CUDA_CHECK(cudaMemcpy(clock_ref, d_clock_, sizeof clock_ref, cudaMemcpyDeviceToHost));
   const double dt_ns = static_cast<double>(clock_ref[3] - clock_ref[1]);
@@ -329,20 +363,19 @@ StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_
   return raw;
 }
 
-BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Destination dest, int warmup_bursts,
-                      int rank) {
+bool StoreBenchRaw::hit_capacity(const StoreBenchConfig& cfg) const {
+  return cfg.mode == Mode::periodic && std::any_of(bursts.begin(), bursts.end(), [&](int n) { return n >= cfg.max_bursts; });
+}
+
+int StoreBench::burst_capacity(StorePath path, std::int64_t B_bytes) const {
+  const std::int64_t free_bytes = path == StorePath::tma_bulk ? max_smem_tma_ - B_bytes : max_smem_st_;
+  return static_cast<int>(std::clamp<std::int64_t>(free_bytes / static_cast<std::int64_t>(3 * sizeof(std::uint64_t)), 0, kMaxBursts));
+}
+
+BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Destination dest, int rank) {
   const double ns_per_cycle = 1000.0 / raw.sm_clock_mhz;
-  std::vector<double> t_iss, period, gap;
-  for (int p = 0; p < cfg.K; ++p) {
-    const std::uint64_t* s = raw.stamps.data() + static_cast<std::size_t>(p) * cfg.n_bursts * 3;
-    for (int b = warmup_bursts; b < cfg.n_bursts; ++b) {
-      t_iss.push_back(static_cast<double>(s[3 * b + 1] - s[3 * b]) * ns_per_cycle);
-      if (cfg.mode == Mode::periodic) {
-        gap.push_back(static_cast<double>(s[3 * b + 2] - s[3 * b + 1]) * ns_per_cycle);
-        if (b + 1 < cfg.n_bursts) period.push_back(static_cast<double>(s[3 * (b + 1)] - s[3 * b]) * ns_per_cycle);
-      }
-    }
-  }
+  auto stamps_of = [&](int p) { return raw.stamps.data() + static_cast<std::size_t>(p) * cfg.max_bursts * 3; };
+  auto warmup_of = [](int n) { return std::max(2, n / 8); };
   BurstSample out;
   out.mode = cfg.mode;
   out.path = cfg.path;
@@ -350,29 +383,70 @@ BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Des
   out.K = cfg.K;
   out.B_bytes = cfg.B_bytes;
   out.gap_ns_requested = cfg.mode == Mode::periodic ? cfg.gap_ns : 0.0;
-  out.gap_ns = median_of(gap);
-  out.T_iss_ns = median_of(t_iss);
+  out.sm_clock_mhz = raw.sm_clock_mhz;
+  out.rank = rank;
+  std::int64_t total_bursts = 0;
+  for (int n : raw.bursts) total_bursts += n;
+  out.wall_bytes_per_ns = static_cast<double>(total_bursts) * static_cast<double>(cfg.B_bytes) / raw.elapsed_ns;
+
+  std::vector<double> t_iss;
+  if (cfg.mode == Mode::periodic) {
+    std::vector<double> gap;
+    double rate_sum = 0;  // Σ_p 1/period_p, bursts per ns
+    int steady = 0;
+    for (int p = 0; p < cfg.K; ++p) {
+      const std::uint64_t* s = stamps_of(p);
+      const int n = raw.bursts[static_cast<std::size_t>(p)];
+      const int w = warmup_of(n);
+      if (n - w < 3) throw Error("store benchmark: producer " + std::to_string(p) + " completed only " +
+                                 std::to_string(n) + " bursts; the launch was too short to reach a steady state");
+      rate_sum += (n - 1 - w) / (static_cast<double>(s[3 * (n - 1)] - s[3 * w]) * ns_per_cycle);
+      for (int b = w; b + 1 < n; ++b) {
+        t_iss.push_back(static_cast<double>(s[3 * b + 1] - s[3 * b]) * ns_per_cycle);
+        gap.push_back(static_cast<double>(s[3 * (b + 1)] - s[3 * b + 1]) * ns_per_cycle);
+      }
+      steady += n - 1 - w;
+    }
+    out.T_period_ns = cfg.K / rate_sum;
+    out.gap_ns = median_of(gap);
+    out.T_iss_ns = out.T_period_ns - out.gap_ns;
+    out.n_bursts = steady / cfg.K;
+  } else {
+    const int n = *std::min_element(raw.bursts.begin(), raw.bursts.end());
+    for (int b = warmup_of(n); b < n; ++b) {
+      double slowest = 0;
+      for (int p = 0; p < cfg.K; ++p) {
+        const std::uint64_t* s = stamps_of(p);
+        slowest = std::max(slowest, static_cast<double>(s[3 * b + 1] - s[3 * b]) * ns_per_cycle);
+      }
+      t_iss.push_back(slowest);
+    }
+    out.T_iss_ns = median_of(t_iss);
+    out.n_bursts = static_cast<int>(t_iss.size());
+  }
   out.T_iss_p10_ns = quantile_of(t_iss, 0.1);
   out.T_iss_p90_ns = quantile_of(t_iss, 0.9);
-  out.T_period_ns = median_of(period);
-  out.wall_bytes_per_ns = static_cast<double>(cfg.K) * static_cast<double>(cfg.B_bytes) * cfg.n_bursts / raw.elapsed_ns;
-  out.sm_clock_mhz = raw.sm_clock_mhz;
-  out.n_bursts = cfg.n_bursts - warmup_bursts;
-  out.rank = rank;
   return out;
 }
 
-std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, cudaStream_t stream) {
+std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, const std::vector<int>& bursts,
+                              cudaStream_t stream) {
+  if (bursts.size() != static_cast<std::size_t>(cfg.K))
+    throw Error("count_mismatches: need the burst count of each of the " + std::to_string(cfg.K) + " producers");
   unsigned long long* d_count = nullptr;
+  int* d_bursts = nullptr;
   XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_count), sizeof *d_count, stream));
+  XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_bursts), sizeof(int) * bursts.size(), stream));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_count, 0, sizeof *d_count, stream));
+  XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_bursts, bursts.data(), sizeof(int) * bursts.size(), cudaMemcpyHostToDevice, stream));
   count_mismatches_kernel<<<264, 256, 0, stream>>>(static_cast<const uint4*>(region), cfg.slot_bytes / 16, cfg.slots,
-                                                   cfg.B_bytes / 16, cfg.K, cfg.n_bursts,
+                                                   cfg.B_bytes / 16, cfg.K, d_bursts,
                                                    cfg.path == StorePath::tma_bulk, cfg.pattern_seed, d_count);
   XSTAGE_CUDA_CHECK_LAUNCH();
   unsigned long long count = 0;
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(&count, d_count, sizeof count, cudaMemcpyDeviceToHost, stream));
   XSTAGE_CUDA_CHECK(cudaFreeAsync(d_count, stream));
+  XSTAGE_CUDA_CHECK(cudaFreeAsync(d_bursts, stream));
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return static_cast<std::int64_t>(count);
 }

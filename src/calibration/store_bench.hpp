@@ -6,6 +6,9 @@
 //            shared-memory source may be reused),
 //   end    — periodic: the gap is over; isolated: the burst is visible remotely (fence.sys / full
 //            wait_group), which bounds the recovery before the next aligned burst.
+// Periodic producers burst until a common deadline (%globaltimer), not for a fixed count: when the
+// drain serves producers unevenly, fast producers would otherwise finish early and leave the slow
+// ones a less contended link, and the steady state would be measured with fewer than K producers.
 // The SM clock is measured in the same launch against %globaltimer, never taken from the spec sheet.
 #pragma once
 
@@ -19,7 +22,7 @@
 namespace xstage::calibration {
 
 constexpr int kStoreThreads = 256;        // st.global producers: 8 warps of 16-byte stores
-constexpr int kMaxBursts = 2048;          // stamps live in shared memory during the launch
+constexpr int kMaxBursts = 8192;          // stamps live in shared memory during the launch
 constexpr std::int64_t kTmaChunkBytes = 16384;
 constexpr std::int64_t kMaxTmaBurstBytes = 128 * 1024;  // the TMA source must fit in shared memory
 constexpr std::int64_t kMaxBurstBytes = 1 << 20;
@@ -29,7 +32,8 @@ struct StoreBenchConfig {
   StorePath path = StorePath::st_global_16B;
   int K = 1;                    // producers (CTAs)
   std::int64_t B_bytes = 4096;  // per producer per burst; multiple of 16 (st.global: of 16*kStoreThreads)
-  int n_bursts = 64;
+  int max_bursts = 64;          // periodic: stamp capacity per producer; isolated: exactly this many bursts
+  double duration_ns = 200e3;   // periodic: producers keep bursting until this long after the launch
   double gap_ns = 0;            // periodic: the gap after each burst
   double recovery_ns = 2000;    // isolated: idle time after a burst became visible
   void* dst = nullptr;          // destination: producer p writes slot (b % slots) of its region
@@ -39,9 +43,12 @@ struct StoreBenchConfig {
 };
 
 struct StoreBenchRaw {
-  std::vector<std::uint64_t> stamps;  // [K][n_bursts][3]: start, issued, end (clock64)
+  std::vector<int> bursts;            // [K]: bursts each producer completed
+  std::vector<std::uint64_t> stamps;  // [K][max_bursts][3]: start, issued, end (clock64)
   double sm_clock_mhz = 0;            // clock64 ticks per µs, measured in this launch
   double elapsed_ns = 0;              // launch wall-clock (CUDA events)
+  // A periodic producer that filled its stamp capacity stopped before the deadline: rerun shorter.
+  bool hit_capacity(const StoreBenchConfig& cfg) const;
 };
 
 // Owns the device scratch (stamps, barrier words, error word) for launches up to max_K producers.
@@ -57,25 +64,38 @@ class StoreBench {
   StoreBenchRaw run(const StoreBenchConfig& cfg, double clock_mhz_for_gap, cudaStream_t stream);
 
   int max_K() const { return max_K_; }
+  // Stamp capacity per producer for a burst of B bytes on `path` (shared memory holds stamps and,
+  // for TMA, the source tile).
+  int burst_capacity(StorePath path, std::int64_t B_bytes) const;
 
  private:
   int max_K_;
+  int max_smem_st_ = 0, max_smem_tma_ = 0;  // dynamic shared memory each kernel may use
   std::uint64_t* d_stamps_ = nullptr;
   std::uint64_t* d_clock_ = nullptr;       // [4]: clock64 and globaltimer at start and end (CTA 0)
-  unsigned* d_sync_ = nullptr;             // grid barrier: [0] arrivals, [1] release epoch, [2..3] go time
+  int* d_bursts_ = nullptr;                // [max_K]: bursts completed per producer
+  unsigned* d_sync_ = nullptr;             // isolated bursts: [0] arrivals, [1] release epoch, [2..3] go time
   unsigned* d_error_ = nullptr;            // non-zero: a device-side wait timed out
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
 };
 
 void validate(const StoreBenchConfig& cfg, int max_K);
 
-// Summarises stamps into one sample: medians over producers and the steady bursts (the first
-// `warmup_bursts` of every producer are dropped).
-BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Destination dest, int warmup_bursts,
-                      int rank);
+// Summarises stamps into one sample (the first eighth of every producer's bursts, at least 2, are
+// warm-up and dropped):
+//   periodic: G = median of (next start − issued): all producer time without stores, loop included,
+//             so that T_period = T_iss + G holds burst by burst. T_period = the aggregate period
+//             K / Σ_p 1/period_p, i.e. V over the aggregate store rate, which is what the drain sees
+//             even when it serves producers unevenly; T_iss = T_period − G, the flow-consistent issue
+//             time; p10/p90 are the spread of the producers' raw issue times.
+//   isolated: a burst is issued when its last producer is: T_iss = median over bursts of the
+//             slowest producer's issue time (p10/p90 over bursts).
+BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Destination dest, int rank);
 
-// Counts 16-byte words in a received region that differ from what producer stores of `cfg` leave
-// there (the last burst that wrote each slot). Runs on the receiving GPU.
-std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, cudaStream_t stream);
+// Counts 16-byte words in a received region that differ from what the sender's launch `cfg` left
+// there: for each producer, the last burst that wrote each slot (`bursts` = the sender's per-producer
+// counts). Runs on the receiving GPU.
+std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, const std::vector<int>& bursts,
+                              cudaStream_t stream);
 
 }  // namespace xstage::calibration

@@ -39,31 +39,49 @@ class SweepRunner {
   double warm_up() {
     StoreBenchConfig cfg = base_config(StorePath::st_global_16B, Mode::periodic, bench_.max_K(), 64 * 1024, 0);
     cfg.dst = local_dst_;
-    cfg.n_bursts = kMaxBursts;
+    cfg.max_bursts = bench_.burst_capacity(cfg.path, cfg.B_bytes);
+    cfg.duration_ns = 20e6;
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(opt_.warmup_ms);
     while (std::chrono::steady_clock::now() < until) clock_mhz_ = bench_.run(cfg, clock_mhz_, rt_.stream()).sm_clock_mhz;
     return clock_mhz_;
   }
 
   // Runs one point on every rank (ranks that do not store in this pairing only join the barriers).
-  // Returns this rank's sample, or nothing if it did not store.
+  // Periodic points run for `length` ns, isolated points for `length` aligned bursts. Returns this
+  // rank's sample, or nothing if it did not store.
   std::optional<BurstSample> measure(StorePath path, Mode mode, Destination dest, int K, std::int64_t B, double G_ns,
-                                     int n_bursts) {
+                                     double length) {
     StoreBenchConfig cfg = base_config(path, mode, K, B, G_ns);
-    cfg.n_bursts = n_bursts;
+    if (mode == Mode::periodic) {
+      cfg.max_bursts = bench_.burst_capacity(path, B);
+      cfg.duration_ns = length;
+    } else {
+      cfg.max_bursts = static_cast<int>(length);
+    }
     const bool stores = dest == Destination::local || target_ >= 0;
     cfg.dst = dest == Destination::local ? local_dst_ : remote_dst_;
     const bool verify = opt_.verify && dest == Destination::remote;
-    if (verify) XSTAGE_CUDA_CHECK(cudaMemsetAsync(window_.local(), 0xFF, window_.bytes(), rt_.stream()));  // poison
-    rt_.barrier();  // ranks start together
     std::optional<BurstSample> out;
-    if (stores) {
-      const StoreBenchRaw raw = bench_.run(cfg, clock_mhz_, rt_.stream());
-      clock_mhz_ = raw.sm_clock_mhz;
-      const int warmup = mode == Mode::periodic ? std::max(4, n_bursts / 8) : 2;
-      out = summarize(cfg, raw, dest, warmup, rt_.rank());
+    StoreBenchRaw raw;
+    raw.bursts.assign(static_cast<std::size_t>(K), 0);
+    // A launch whose producers filled their stamp capacity before the deadline is rerun shorter; every
+    // rank takes part in each attempt so the barriers pair up.
+    for (int attempt = 0;; ++attempt) {
+      if (verify) XSTAGE_CUDA_CHECK(cudaMemsetAsync(window_.local(), 0xFF, window_.bytes(), rt_.stream()));  // poison
+      rt_.barrier();  // ranks start together
+      int retry = 0;
+      if (stores) {
+        raw = bench_.run(cfg, clock_mhz_, rt_.stream());
+        clock_mhz_ = raw.sm_clock_mhz;
+        retry = raw.hit_capacity(cfg) ? 1 : 0;
+      }
+      int any_retry = 0;
+      for (std::byte b : rt_.all_gather_bytes(&retry, sizeof retry)) any_retry |= static_cast<int>(b);
+      if (!any_retry || attempt == 3) break;
+      cfg.duration_ns /= 2;
     }
-    if (verify) check_received(cfg);
+    if (stores) out = summarize(cfg, raw, dest, rt_.rank());
+    if (verify) check_received(cfg, raw.bursts);
     return out;
   }
 
@@ -86,15 +104,20 @@ class SweepRunner {
 
   // Device barrier (release/acquire at system scope) so the sender's stores are visible, then the
   // receiver checks every slot its source wrote.
-  void check_received(StoreBenchConfig cfg) {
+  void check_received(StoreBenchConfig cfg, const std::vector<int>& my_bursts) {
     barrier_->sync_on_stream(rt_.stream());
     XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
     barrier_->check();
+    // The receiver needs to know how many bursts each of the sender's producers completed.
+    const auto all = rt_.all_gather_bytes(my_bursts.data(), my_bursts.size() * sizeof(int));
     if (source_ < 0) return;
+    std::vector<int> sender_bursts(my_bursts.size());
+    std::memcpy(sender_bursts.data(), all.data() + static_cast<std::size_t>(source_) * my_bursts.size() * sizeof(int),
+                my_bursts.size() * sizeof(int));
     cfg.pattern_seed = 0x5EED0000u + static_cast<std::uint32_t>(source_);
-    const std::int64_t bad = count_mismatches(window_.local(), cfg, rt_.stream());
+    const std::int64_t bad = count_mismatches(window_.local(), cfg, sender_bursts, rt_.stream());
     mismatched_words_ += bad;
-    verified_bytes_ += static_cast<std::int64_t>(cfg.K) * std::min(cfg.n_bursts, cfg.slots) * cfg.B_bytes;
+    for (int n : sender_bursts) verified_bytes_ += std::min(n, cfg.slots) * cfg.B_bytes;
     if (bad)
       throw Error("rank " + std::to_string(rt_.rank()) + ": " + std::to_string(bad) + " 16-byte words from rank " +
                   std::to_string(source_) + " arrived wrong (" + model::to_string(cfg.path) + ", K=" +
@@ -153,8 +176,12 @@ SweepResult run_calibration_sweep(comm::Runtime& rt, const SweepOptions& opt,
   result.warm_clock_mhz = runner.warm_up();
 
   std::vector<BurstSample> mine;
-  auto keep = [&](std::optional<BurstSample> s) {
-    if (s) mine.push_back(*s);
+  // Every sample is tagged with its sweep, so the fit keeps gap-sweep points out of the fits.
+  auto keep = [&](Sweep sweep, std::optional<BurstSample> s) {
+    if (s) {
+      s->sweep = sweep;
+      mine.push_back(*s);
+    }
     return s;
   };
   for (StorePath path : opt.paths) {
@@ -166,10 +193,10 @@ SweepResult run_calibration_sweep(comm::Runtime& rt, const SweepOptions& opt,
     for (int K : g.K_fit) {
       for (auto B : g.B_bytes) {
         progress(name + " zero-gap sweep " + std::to_string(++done) + "/" + std::to_string(n_zero));
-        const double period_guess = static_cast<double>(K) * static_cast<double>(B) / 1000.0;
-        const int n = periodic_bursts(period_guess, kMaxBursts);
-        if (auto s = keep(runner.measure(path, Mode::periodic, Destination::remote, K, B, 0, n))) zero_gap.push_back(*s);
-        keep(runner.measure(path, Mode::periodic, Destination::local, K, B, 0, n));
+        // Before R is known: a generous 1000 bytes/ns keeps the stamp capacity safe.
+        const double n = periodic_duration_ns(static_cast<double>(K) * static_cast<double>(B) / 1000.0);
+        if (auto s = keep(Sweep::zero_gap, runner.measure(path, Mode::periodic, Destination::remote, K, B, 0, n))) zero_gap.push_back(*s);
+        keep(Sweep::zero_gap, runner.measure(path, Mode::periodic, Destination::local, K, B, 0, n));
       }
     }
     // All ranks derive the gaps from the same rough R (one-way: only rank 0 has samples).
@@ -182,7 +209,8 @@ SweepResult run_calibration_sweep(comm::Runtime& rt, const SweepOptions& opt,
         progress(name + " plateau sweep " + std::to_string(++done) + "/" + std::to_string(n_zero));
         const std::int64_t V = static_cast<std::int64_t>(K) * B;
         const double G = plateau_gap_ns(V, R_rough);
-        keep(runner.measure(path, Mode::periodic, Destination::remote, K, B, G, periodic_bursts(G + 1000, kMaxBursts)));
+        keep(Sweep::plateau, runner.measure(path, Mode::periodic, Destination::remote, K, B, G,
+                                            periodic_duration_ns(G + static_cast<double>(V) / R_rough)));
       }
     }
 
@@ -196,9 +224,9 @@ SweepResult run_calibration_sweep(comm::Runtime& rt, const SweepOptions& opt,
       const std::int64_t V = static_cast<std::int64_t>(K) * g.gap_sweep_B_bytes;
       for (double G : gap_sweep_ns(V, R_rough, g.gap_points)) {
         progress(name + " gap sweep " + std::to_string(++done) + "/" + std::to_string(n_gap));
-        const int n = periodic_bursts(std::max(G, static_cast<double>(V) / R_rough), kMaxBursts);
-        keep(runner.measure(path, Mode::periodic, Destination::remote, K, g.gap_sweep_B_bytes, G, n));
-        keep(runner.measure(path, Mode::periodic, Destination::local, K, g.gap_sweep_B_bytes, G, n));
+        const double n = periodic_duration_ns(G + static_cast<double>(V) / R_rough);
+        keep(Sweep::gap, runner.measure(path, Mode::periodic, Destination::remote, K, g.gap_sweep_B_bytes, G, n));
+        keep(Sweep::gap, runner.measure(path, Mode::periodic, Destination::local, K, g.gap_sweep_B_bytes, G, n));
       }
     }
 
@@ -206,8 +234,8 @@ SweepResult run_calibration_sweep(comm::Runtime& rt, const SweepOptions& opt,
     for (int K : g.K_fit) {
       for (auto B : g.B_bytes) {
         progress(name + " isolated sweep " + std::to_string(++done) + "/" + std::to_string(n_zero));
-        keep(runner.measure(path, Mode::isolated, Destination::remote, K, B, 0, g.isolated_bursts));
-        keep(runner.measure(path, Mode::isolated, Destination::local, K, B, 0, g.isolated_bursts));
+        keep(Sweep::isolated, runner.measure(path, Mode::isolated, Destination::remote, K, B, 0, g.isolated_bursts));
+        keep(Sweep::isolated, runner.measure(path, Mode::isolated, Destination::local, K, B, 0, g.isolated_bursts));
       }
     }
   }

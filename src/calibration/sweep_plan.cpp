@@ -84,11 +84,7 @@ double plateau_gap_ns(std::int64_t V_bytes, double R_bytes_per_ns) {
   return 2.0 * static_cast<double>(V_bytes) / R_bytes_per_ns + 2000.0;
 }
 
-int periodic_bursts(double period_ns, int max_bursts) {
-  constexpr double kSteadyNs = 300'000.0;
-  const double n = period_ns > 0 ? std::ceil(kSteadyNs / period_ns) : max_bursts;
-  return static_cast<int>(std::clamp(n, 32.0, static_cast<double>(max_bursts)));
-}
+double periodic_duration_ns(double period_ns) { return std::max(500'000.0, 32.0 * period_ns); }
 
 double rough_R_bytes_per_ns(const std::vector<BurstSample>& zero_gap_remote) {
   std::vector<const BurstSample*> pts;

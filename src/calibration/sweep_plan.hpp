@@ -35,9 +35,9 @@ std::vector<double> gap_sweep_ns(std::int64_t V_bytes, double R_bytes_per_ns, in
 // A gap long enough that the burst has fully recovered: 2·V/R + 2 µs.
 double plateau_gap_ns(std::int64_t V_bytes, double R_bytes_per_ns);
 
-// Bursts per producer for a periodic launch whose period is about `period_ns`: enough for ~300 µs of
-// steady state (so launch overhead and the clock measurement stay below 1%), within [32, max_bursts].
-int periodic_bursts(double period_ns, int max_bursts);
+// How long a periodic launch runs when one burst period is about `period_ns`: at least 500 µs (launch
+// overhead and the clock measurement then stay near 1%) and at least 32 periods.
+double periodic_duration_ns(double period_ns);
 
 // Rough R from zero-gap samples before the fit: the median of V/T_period over remote points whose
 // volume is far beyond what issue alone could explain (largest third of V). Throws if there are none.

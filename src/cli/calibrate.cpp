@@ -66,6 +66,8 @@ void print_summary(const calibration::SweepResult& sweep, const std::map<model::
                 "   (completion-coupled G+V/R: %.1f%%)\n",
                 100 * fit.period_err_heldout_median, 100 * fit.issue_err_heldout_median,
                 100 * fit.period_err_completion_coupled_median);
+    std::printf("      on the back-pressured branch (G < G*): period %.1f%%, issue %.1f%%\n",
+                100 * fit.period_err_heldout_backpressured_median, 100 * fit.issue_err_heldout_backpressured_median);
     std::printf("    local-memory control flatness over G: %.1f%%\n", 100 * finite_or(fit.local_control_flatness, 0));
     for (const auto& w : fit.warnings) std::printf("    warning: %s\n", w.c_str());
   }
@@ -131,6 +133,8 @@ void run_rank(const comm::RankEnv& env, const CalibrateArgs& args) {
         {"R_over_wall_median", fit.R_over_wall_median},
         {"period_err_heldout_median", fit.period_err_heldout_median},
         {"issue_err_heldout_median", fit.issue_err_heldout_median},
+        {"period_err_heldout_backpressured_median", fit.period_err_heldout_backpressured_median},
+        {"issue_err_heldout_backpressured_median", fit.issue_err_heldout_backpressured_median},
         {"period_err_fit_median", fit.period_err_fit_median},
         {"issue_err_fit_median", fit.issue_err_fit_median},
         {"period_err_completion_coupled_median", fit.period_err_completion_coupled_median},

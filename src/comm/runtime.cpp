@@ -10,6 +10,13 @@
 
 namespace xstage::comm {
 
+namespace {
+// NCCL probes the driver during set-up and leaves the failed probes' errors in CUDA's per-thread
+// last-error slot; drop them so the next kernel launch check does not report NCCL's probe as ours.
+// Every CUDA call of our own is checked where it is made, so nothing real is lost here.
+void discard_nccl_probe_errors() { (void)cudaGetLastError(); }
+}  // namespace
+
 int visible_gpu_count() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -52,6 +59,7 @@ Runtime::Runtime(const RankEnv& env) : env_(env) {
   if (env_.rank == 0) XSTAGE_NCCL_CHECK(ncclGetUniqueId(&id));
   broadcast_from_rank0(env_, &id, sizeof id);
   XSTAGE_NCCL_CHECK(ncclCommInitRank(&comm_, env_.world_size, id, env_.rank));
+  discard_nccl_probe_errors();
 
   lsa_size_ = ncclTeamLsa(comm_).nRanks;
   if (lsa_size_ != env_.world_size)
@@ -76,6 +84,7 @@ Runtime::~Runtime() {
 void Runtime::barrier() {
   XSTAGE_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  discard_nccl_probe_errors();
 }
 
 std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t size) {
@@ -88,6 +97,7 @@ std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t s
     XSTAGE_CUDA_CHECK(cudaMemcpyAsync(send, static_cast<const std::byte*>(data) + done, chunk,
                                       cudaMemcpyHostToDevice, stream_));
     XSTAGE_NCCL_CHECK(ncclAllGather(send, recv, chunk, ncclUint8, comm_, stream_));
+    discard_nccl_probe_errors();
     for (int r = 0; r < env_.world_size; ++r)
       XSTAGE_CUDA_CHECK(cudaMemcpyAsync(out.data() + r * size + done, recv + r * chunk, chunk,
                                         cudaMemcpyDeviceToHost, stream_));
@@ -99,6 +109,7 @@ std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t s
 SymmetricBuffer::SymmetricBuffer(Runtime& rt, std::size_t bytes) : rt_(rt), bytes_(bytes) {
   XSTAGE_NCCL_CHECK(ncclMemAlloc(&ptr_, bytes_));
   XSTAGE_NCCL_CHECK(ncclCommWindowRegister(rt_.comm(), ptr_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC));
+  discard_nccl_probe_errors();
 }
 
 SymmetricBuffer::~SymmetricBuffer() {
@@ -118,6 +129,7 @@ DeviceComm::DeviceComm(Runtime& rt, int lsa_barrier_count) : rt_(rt) {
   std::memset(&reqs, 0, sizeof reqs);  // 2.28 has no initializer macro
   reqs.lsaBarrierCount = lsa_barrier_count;
   XSTAGE_NCCL_CHECK(ncclDevCommCreate(rt_.comm(), &reqs, &dev_comm_));
+  discard_nccl_probe_errors();
 }
 
 DeviceComm::~DeviceComm() { ncclDevCommDestroy(rt_.comm(), &dev_comm_); }

@@ -201,8 +201,11 @@ std::vector<std::pair<double, double>> issue_row(const PlatformTriple& t, int K)
   return row;
 }
 
-void require_grid(const PlatformTriple& t) {
+void require_T_iss0_grid(const PlatformTriple& t) {
   if (t.T_iss0.empty()) throw InputError("platform triple has no T_iss0 points to interpolate");
+}
+
+void require_Q_points(const PlatformTriple& t) {
   if (t.Q.empty()) throw InputError("platform triple has no Q points to interpolate");
 }
 
@@ -306,7 +309,7 @@ const PlatformTriple& store_path_triple(const PlatformModel& model, StorePath pa
 }
 
 Interpolated interpolate_Q_bytes(const PlatformTriple& triple, int K) {
-  require_grid(triple);
+  require_Q_points(triple);
   std::vector<std::pair<double, double>> pts;
   for (const CapacityPoint& pt : triple.Q) pts.emplace_back(pt.K, pt.Q_bytes);
   std::sort(pts.begin(), pts.end());
@@ -314,7 +317,7 @@ Interpolated interpolate_Q_bytes(const PlatformTriple& triple, int K) {
 }
 
 Interpolated interpolate_T_iss0_ns(const PlatformTriple& triple, int K, double B_bytes) {
-  require_grid(triple);
+  require_T_iss0_grid(triple);
   std::set<int> Ks;
   for (const IssuePoint& pt : triple.T_iss0) Ks.insert(pt.K);
 

@@ -9,6 +9,11 @@ OUT=${OUT:-out}; mkdir -p "$OUT/work"
 LOG="$OUT/calibrate.log"; exec > >(tee "$LOG") 2>&1
 failures=0
 step() { echo; echo "=== $* ==="; }
+timed() {  # timed LABEL -- command...: runs it and prints its wall time
+  local label=$1; shift 2
+  local t0 t1 rc; t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
+  echo "$label wall time: $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s (exit $rc)"; return $rc
+}
 expect_exit() {  # expect_exit CODE PATTERN -- command...
   local want=$1 pattern=$2; shift 3
   local text rc; text=$("$@" 2>&1); rc=$?
@@ -42,12 +47,11 @@ expect_exit 2 "bytes is invalid" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 
 expect_exit 2 "not an integer" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --K 16,x
 
 step "xstage calibrate --quick --verify"
-/usr/bin/time -f "quick calibration wall time: %e s" \
-  "$XSTAGE_BIN_DIR/xstage" calibrate --quick --verify --out "$OUT/work/quick" || failures=$((failures+1))
+timed "quick calibration" -- "$XSTAGE_BIN_DIR/xstage" calibrate --quick --verify --out "$OUT/work/quick" \
+  || failures=$((failures+1))
 
 step "xstage calibrate (full)"
-/usr/bin/time -f "full calibration wall time: %e s" \
-  "$XSTAGE_BIN_DIR/xstage" calibrate --out "$OUT/work/full" || failures=$((failures+1))
+timed "full calibration" -- "$XSTAGE_BIN_DIR/xstage" calibrate --out "$OUT/work/full" || failures=$((failures+1))
 
 step "xstage calibrate --pairing one-way (full)"
 "$XSTAGE_BIN_DIR/xstage" calibrate --pairing one-way --no-plots --out "$OUT/work/one-way" || failures=$((failures+1))

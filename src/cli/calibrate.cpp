@@ -13,6 +13,7 @@
 #include "calibration/fit.hpp"
 #include "calibration/sweep.hpp"
 #include "cli/commands.hpp"
+#include "cli/shipped_files.hpp"
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
 #include "common/error.hpp"
@@ -34,17 +35,6 @@ struct CalibrateArgs {
   std::string out_dir = "xstage-calibration";
   std::string platform_out;
 };
-
-std::string tools_dir() {
-  // build/xstage -> <repo>/tools
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
-      if (std::filesystem::exists(dir / "tools" / "plot_calibration.py")) return (dir / "tools").string();
-  }
-  return "tools";
-}
 
 double finite_or(double v, double fallback) { return std::isfinite(v) ? v : fallback; }
 
@@ -145,7 +135,7 @@ void run_rank(const comm::RankEnv& env, const CalibrateArgs& args) {
   print_summary(sweep, fits, args, rt.world_size());
 
   if (args.plots) {
-    const std::string cmd = "python3 '" + tools_dir() + "/plot_calibration.py' --samples '" + samples_path +
+    const std::string cmd = "python3 '" + shipped_file("tools/plot_calibration.py") + "' --samples '" + samples_path +
                             "' --platform '" + platform_path + "' --out '" + args.out_dir + "/plots'";
     if (std::system(cmd.c_str()) != 0)
       std::fprintf(stderr, "xstage: warning: plotting failed (needs python3 with matplotlib); the data is in %s\n",

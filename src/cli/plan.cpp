@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/shipped_files.hpp"
 #include "common/error.hpp"
 #include "model/attention.hpp"
 #include "model/burst_gap.hpp"
@@ -168,21 +169,11 @@ int checked_out_bytes(int out_bytes) {
 // ---------------------------------------------------------------------------------------------
 
 std::string default_platform_file() {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> candidates;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path() / ".." / kDefaultPlatform);  // <repo>/build/xstage
-#ifdef XSTAGE_SOURCE_DIR
-  candidates.push_back(fs::path(XSTAGE_SOURCE_DIR) / kDefaultPlatform);
-#endif
-  std::string looked;
-  for (const fs::path& c : candidates) {
-    if (fs::exists(c, ec)) return fs::weakly_canonical(c, ec).string();
-    looked += (looked.empty() ? "" : ", ") + c.string();
+  try {
+    return shipped_file(kDefaultPlatform);
+  } catch (const InputError& e) {
+    throw InputError(std::string("no --platform given and ") + e.what() + "; pass --platform FILE");
   }
-  throw InputError("no --platform given and the shipped " + std::string(kDefaultPlatform) +
-                   " was not found (looked in: " + looked + "); pass --platform FILE");
 }
 
 struct Platform {

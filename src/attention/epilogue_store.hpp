@@ -6,7 +6,7 @@
 //   Params / make_params(FlashFwdArgs)        destination description, built on the host
 //   SharedStorage                             staging space the epilogue owns
 //   store(params, smem, tOrO, lse, tile, thread_idx)
-//                                             called by the 256 consumer threads once per tile with the
+//                                             called by all consumer threads once per tile with the
 //                                             normalised fp32 accumulator fragment of TiledMmaPV
 //   finish(thread_idx)                        called once at the end, before the CTA exits
 #pragma once
@@ -74,7 +74,7 @@ struct EpilogueStoreTma {
 
     // The previous tile's TMA store must have finished reading the staging buffer.
     if (thread_idx == 0) tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(FwdNamedBarrier::kEpilogue));
+    cutlass::arch::NamedBarrier::sync(Config::kNumMmaThreads, uint32_t(FwdNamedBarrier::kEpilogue));
 
     TiledMmaPV tiled_mma;
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma);
@@ -83,7 +83,7 @@ struct EpilogueStoreTma {
     Tensor tRsO = thr_copy.partition_D(sO);
     copy(smem_copy, tRrO, tRsO);
     tma_store_fence();  // make the generic-proxy smem writes visible to the TMA (async proxy)
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(FwdNamedBarrier::kEpilogue));
+    cutlass::arch::NamedBarrier::sync(Config::kNumMmaThreads, uint32_t(FwdNamedBarrier::kEpilogue));
 
     if (thread_idx == 0) {
       Tensor mO = params.tma_o.get_tma_tensor(make_shape(params.seqlen_q, int(kHeadDim), params.heads, params.batch));

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attention/tile_shapes.hpp"
+#include "common/cuda_check.hpp"
 #include "common/error.hpp"
 
 namespace xstage::attention {
@@ -40,6 +41,13 @@ void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) 
 
 }  // namespace
 
+std::string describe(FwdTileShape const& t) {
+  std::ostringstream os;
+  os << "b_m=" << t.block_m() << " b_n=" << t.block_n << " stages=" << t.stages << " ("
+     << t.consumer_warpgroups << " consumer warpgroups)";
+  return os.str();
+}
+
 void validate_flash_fwd_args(FlashFwdArgs const& args) {
   const FlashFwdProblem& p = args.problem;
   std::ostringstream shape;
@@ -50,7 +58,7 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   require_input(p.batch >= 1 && p.heads >= 1 && p.seqlen_q >= 1 && p.seqlen_k >= 1,
                 "batch, heads, seqlen_q and seqlen_k must all be >= 1" + shape.str());
   // Tile counts and TMA coordinates are 32-bit.
-  const int64_t tiles = int64_t(p.batch) * p.heads * ((int64_t(p.seqlen_q) + 127) / 128);
+  const int64_t tiles = int64_t(p.batch) * p.heads * ((int64_t(p.seqlen_q) + 63) / 64);  // any b_m >= 64
   require_input(tiles < (int64_t(1) << 31), "too many output tiles for one launch" + shape.str());
   require_input(std::isfinite(p.softmax_scale) && p.softmax_scale != 0.f,
                 "softmax_scale must be finite and non-zero (usually 1/sqrt(head_dim))");
@@ -63,23 +71,31 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   check_pointer("V", args.v, 16);
   check_pointer("O", args.o, 16);
   if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
+  if (args.tile_config) {
+    require_input(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
+                  "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
+                      " is for head_dim " + std::to_string(fwd_tile_shape(*args.tile_config).head_dim) + shape.str());
+  }
+}
+
+FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
+  return choose_fwd_tile_config(p.head_dim, int64_t(p.batch) * p.heads, p.seqlen_q, num_sms);
 }
 
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
   validate_flash_fwd_args(args);
-  if (args.problem.head_dim == 64) {
-    detail::launch_flash_fwd_hdim64(args, stream);
-  } else {
-    detail::launch_flash_fwd_hdim128(args, stream);
+  int device = 0, num_sms = 0;
+  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, num_sms))) {
+    case FwdTileConfigId::kHdim64Rows128:
+      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows128>(args, num_sms, stream);
+    case FwdTileConfigId::kHdim64Rows192:
+      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows192>(args, num_sms, stream);
+    case FwdTileConfigId::kHdim128Rows128:
+      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim128Rows128>(args, num_sms, stream);
   }
 }
 
-std::string flash_fwd_tile_description(int head_dim) {
-  if (head_dim != 64 && head_dim != 128) return "not built";
-  const FwdTileShape t = fwd_tile_shape(head_dim);
-  std::ostringstream os;
-  os << "b_m=" << t.block_m << " b_n=" << t.block_n << " stages=" << t.stages;
-  return os.str();
-}
 
 }  // namespace xstage::attention

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "attention/flash_fwd_params.hpp"
+#include "attention/tile_shapes.hpp"
 
 namespace xstage::attention {
 
@@ -19,12 +20,16 @@ void validate_flash_fwd_args(FlashFwdArgs const& args);
 // Validates, then launches on `stream` (asynchronous). Throws xstage::Error on CUDA errors.
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nullptr);
 
-// The tile shape used for a head dim, for reports: "b_m=128 b_n=128 stages=2".
-std::string flash_fwd_tile_description(int head_dim);
+// The tile configuration flash_attention_forward picks for `problem` on a GPU with `num_sms` SMs.
+FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sms);
+
+// For reports: "b_m=128 b_n=192 stages=3 (2 consumer warpgroups)".
+std::string describe(FwdTileShape const& shape);
 
 namespace detail {
-void launch_flash_fwd_hdim64(FlashFwdArgs const& args, cudaStream_t stream);
-void launch_flash_fwd_hdim128(FlashFwdArgs const& args, cudaStream_t stream);
+// Defined for each FwdTileConfigId in flash_fwd_hdim*_rows*.cu.
+template <FwdTileConfigId kId>
+void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace xstage::attention

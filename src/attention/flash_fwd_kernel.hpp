@@ -1,8 +1,8 @@
 // The forward kernel: composes the tile scheduler, the SM90 mainloop and an epilogue.
 //
-// 384 threads, one CTA per SM, persistent over tiles:
-//   warpgroup 0  producer: setmaxnreg down to 24, one elected thread issues all TMA loads
-//   warpgroups 1, 2  consumers: setmaxnreg up to 240, wgmma + online softmax + epilogue
+// 128 * (1 + consumer warpgroups) threads, one CTA per SM, persistent over tiles:
+//   warpgroup 0      producer: setmaxnreg down (24 or 32), one thread issues all TMA loads
+//   warpgroups 1..n  consumers: setmaxnreg up (240 or 160), wgmma + online softmax + epilogue
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -83,7 +83,7 @@ struct FlashFwdKernel {
       OnlineSoftmax<2> softmax(params.mainloop.softmax_scale);
       float lse[2];
 
-      named_barrier_give_first_turn(consumer_group);
+      Mainloop::Turns::give_first_turn(consumer_group);
       int iteration = 0;
       for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
            tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
@@ -92,7 +92,7 @@ struct FlashFwdKernel {
         softmax.finalize(tOrO, lse);
         Epilogue::store(params.epilogue, smem.epilogue, tOrO, lse, scheduler.coord(tile), thread_idx);
       }
-      named_barrier_drain_turns(consumer_group);
+      Mainloop::Turns::drain_turns(consumer_group);
       Epilogue::finish(thread_idx);
     }
   }

@@ -15,7 +15,7 @@
 namespace xstage::attention::detail {
 
 template <class Kernel>
-void launch_flash_fwd(FlashFwdArgs const& args, cudaStream_t stream) {
+void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
 
@@ -24,8 +24,6 @@ void launch_flash_fwd(FlashFwdArgs const& args, cudaStream_t stream) {
 
   int device = 0;
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  int num_sms = 0;
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
 
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
@@ -42,7 +40,7 @@ void launch_flash_fwd(FlashFwdArgs const& args, cudaStream_t stream) {
   XSTAGE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kHeadDim>
-using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kHeadDim>::type, EpilogueStoreTma>;
+template <FwdTileConfigId kId>
+using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma>;
 
 }  // namespace xstage::attention::detail

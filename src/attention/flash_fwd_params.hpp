@@ -7,6 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+
+#include "attention/tile_shapes.hpp"
 
 namespace xstage::attention {
 
@@ -48,6 +51,8 @@ struct FlashFwdArgs {
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;  // optional: [batch, heads, seqlen_q], natural-log log-sum-exp of the scaled scores
+  // Forces one tile configuration (tests, tuning); by default the launcher picks by wave count.
+  std::optional<FwdTileConfigId> tile_config;
 };
 
 // Offset of the log-sum-exp of (b, h, m) in the [batch, heads, seqlen_q] fp32 array.

@@ -1,7 +1,7 @@
 // The one place that decides tile shapes, pipeline depth, warp roles and shared-memory layouts
 // of the forward kernel, per head dimension.
 //
-// The numbers themselves (b_m, b_n, stages per head dim) are in tile_shapes.hpp.
+// The numbers themselves (consumer warpgroups, b_n, stages per configuration) are in tile_shapes.hpp.
 // Shared memory: Q (b_m x d), K and V (stages x b_n x d), O staging (b_m x d), all bf16 with CuTe's
 // 128-byte-swizzled K-major GMMA atom; Vt is V seen transposed (an MN-major B operand for O += P V).
 #pragma once
@@ -15,21 +15,23 @@
 
 namespace xstage::attention {
 
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kNumMmaWarpGroups_>
 struct FlashFwdTileConfig {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;
+  static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;
+  static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
 
-  // Warp roles: warpgroup 0 is the producer (one elected thread issues every TMA load), warpgroups 1
-  // and 2 are the consumers (wgmma + softmax), each owning 64 of the b_m rows.
-  static constexpr int kNumMmaWarpGroups = 2;
+  // Warp roles: warpgroup 0 is the producer (one thread issues every TMA load), warpgroups 1..n are the
+  // consumers (wgmma + softmax), each owning 64 of the b_m rows.
+  static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  // setmaxnreg budgets: 24*128 + 240*256 = 64512 <= 65536 registers per SM.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // setmaxnreg budgets (registers per thread): 24*128 + 240*256 = 64512 and 32*128 + 160*384 = 65536,
+  // within the SM's 65536.
+  static constexpr int kProducerRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
 
   using Element = cutlass::bfloat16_t;
   using Accum = float;
@@ -65,12 +67,11 @@ struct FlashFwdTileConfig {
   static constexpr int kKVBlockBytes = kBlockN * kHeadDim * int(sizeof(Element));
 };
 
-// The two instantiated configurations (CI compiles them on two cores: keep this list short).
-template <int kHeadDim>
+// The instantiated configurations, by id (tile_shapes.hpp).
+template <FwdTileConfigId kId>
 struct FlashFwdTileConfigFor {
-  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim);
-  static_assert(kShape.block_m == 128, "the consumer layout assumes b_m = 2 warpgroups x 64 rows");
-  using type = FlashFwdTileConfig<kHeadDim, kShape.block_n, kShape.stages>;
+  static constexpr FwdTileShape kShape = fwd_tile_shape(kId);
+  using type = FlashFwdTileConfig<kShape.head_dim, kShape.block_n, kShape.stages, kShape.consumer_warpgroups>;
 };
 
 }  // namespace xstage::attention

@@ -4,18 +4,18 @@
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: the 256 consumer threads
-// arrive once their last S = Q K^T has completed, so the next tile's Q loads during this tile's last
+// consumer threads arrive once their last S = Q K^T has completed, so the next tile's Q loads during this tile's last
 // P V and epilogue).
 //
-// Consumers (warpgroups 1 and 2, 64 query rows each), per tile, key blocks from last to first (the last
+// Consumers (warpgroups 1..n, n = 2 or 3, 64 query rows each), per tile, key blocks from last to first (the last
 // block is the only partial one: its masked columns are set to -inf in the first step, no later check):
 //   S = Q K[n_last]^T; softmax -> P
 //   for each further block n:  issue S = Q K[n]^T, issue O += P V[n+1]      (two wgmma batches in flight)
 //                              wait for S; softmax(S) overlaps the P V wgmma    (intra-warpgroup overlap)
 //                              wait for P V; rescale O; P <- S
 //   O += P V[0]
-// The two warpgroups take turns issuing their wgmma batches (two named barriers, a strict ping-pong) so
-// that one warpgroup's softmax runs while the other's matrix products occupy the tensor cores.
+// The warpgroups take turns issuing their wgmma batches (named barriers, strict round-robin: a ping-pong
+// for two) so that one warpgroup's softmax runs while another's matrix products occupy the tensor cores.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -78,6 +78,7 @@ struct MainloopSm90 {
   using TiledMmaQK = typename Config::TiledMmaQK;
   using TiledMmaPV = typename Config::TiledMmaPV;
 
+  using Turns = IssueTurns<Config::kNumMmaWarpGroups>;
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename PipelineKV::PipelineState;
 
@@ -183,7 +184,7 @@ struct MainloopSm90 {
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Consumers: all 256 threads of warpgroups 1 and 2; `thread_idx` in [0, 256).
+  // Consumers: all threads of warpgroups 1..n; `thread_idx` in [0, kNumMmaThreads).
   template <class FragO, class Softmax>
   CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                               PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
@@ -228,9 +229,9 @@ struct MainloopSm90 {
 
     // First (last-in-sequence, possibly partial) key block.
     pipeline_k.consumer_wait(k_state);
-    named_barrier_wait_turn(warp_group);
+    Turns::wait(warp_group);
     wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
-    named_barrier_pass_turn(warp_group);
+    Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     pipeline_k.consumer_release(k_state);
@@ -247,11 +248,11 @@ struct MainloopSm90 {
 
     for (int n = n_last - 1; n >= 0; --n) {
       pipeline_k.consumer_wait(k_state);
-      named_barrier_wait_turn(warp_group);
+      Turns::wait(warp_group);
       wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
       pipeline_v.consumer_wait(v_state);
       wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
-      named_barrier_pass_turn(warp_group);
+      Turns::pass(warp_group);
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
       pipeline_k.consumer_release(k_state);
@@ -268,9 +269,9 @@ struct MainloopSm90 {
     cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);
 
     pipeline_v.consumer_wait(v_state);
-    named_barrier_wait_turn(warp_group);
+    Turns::wait(warp_group);
     wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
-    named_barrier_pass_turn(warp_group);
+    Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     pipeline_v.consumer_release(v_state);

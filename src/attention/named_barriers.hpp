@@ -6,31 +6,33 @@
 namespace xstage::attention {
 
 enum class FwdNamedBarrier : uint32_t {
-  kEpilogue = 0,     // the 256 consumer threads around the shared-memory staging of O
-  kTurnWarpGroup0 = 1,  // wgmma issue ping-pong between the two consumer warpgroups
-  kTurnWarpGroup1 = 2,
+  kEpilogue = 0,        // all consumer threads, around the shared-memory staging of O
+  kTurnWarpGroup0 = 1,  // wgmma issue turns of consumer warpgroups 0, 1, 2 (ids 1..3)
 };
 
-constexpr uint32_t kConsumerThreads = 256;
-
-// Ping-pong: warpgroup w waits for its turn, issues its wgmma batches, then passes the turn to the
-// other warpgroup. Warpgroup 1 hands warpgroup 0 the first turn (named_barrier_give_first_turn);
-// warpgroup 0 takes one extra turn at the end (named_barrier_drain_turns) so every barrier completes.
-CUTE_DEVICE void named_barrier_wait_turn(int warp_group) {
-  cutlass::arch::NamedBarrier::sync(kConsumerThreads,
-                                    uint32_t(FwdNamedBarrier::kTurnWarpGroup0) + uint32_t(warp_group));
-}
-CUTE_DEVICE void named_barrier_pass_turn(int warp_group) {
-  cutlass::arch::NamedBarrier::arrive(kConsumerThreads,
-                                      uint32_t(FwdNamedBarrier::kTurnWarpGroup0) + uint32_t(1 - warp_group));
-}
-CUTE_DEVICE void named_barrier_give_first_turn(int warp_group) {
-  if (warp_group == 1) {
-    cutlass::arch::NamedBarrier::arrive(kConsumerThreads, uint32_t(FwdNamedBarrier::kTurnWarpGroup0));
+// Round-robin issue turns among kGroups consumer warpgroups (a ping-pong for two): warpgroup w waits
+// for its turn, issues its wgmma batches, then passes the turn to warpgroup w+1 (mod kGroups). Turn
+// barrier w has 256 participants: warpgroup w syncing and warpgroup w-1 arriving. The last warpgroup
+// hands warpgroup 0 the first turn (give_first_turn); warpgroup 0 takes one extra turn at the end
+// (drain_turns) so that every barrier phase completes before the CTA exits.
+template <int kGroups>
+struct IssueTurns {
+  static constexpr uint32_t kParticipants = 256;
+  CUTE_DEVICE static void wait(int warp_group) {
+    cutlass::arch::NamedBarrier::sync(kParticipants, uint32_t(FwdNamedBarrier::kTurnWarpGroup0) + uint32_t(warp_group));
   }
-}
-CUTE_DEVICE void named_barrier_drain_turns(int warp_group) {
-  if (warp_group == 0) named_barrier_wait_turn(0);
-}
+  CUTE_DEVICE static void pass(int warp_group) {
+    const int next = warp_group + 1 == kGroups ? 0 : warp_group + 1;
+    cutlass::arch::NamedBarrier::arrive(kParticipants, uint32_t(FwdNamedBarrier::kTurnWarpGroup0) + uint32_t(next));
+  }
+  CUTE_DEVICE static void give_first_turn(int warp_group) {
+    if (warp_group == kGroups - 1) {
+      cutlass::arch::NamedBarrier::arrive(kParticipants, uint32_t(FwdNamedBarrier::kTurnWarpGroup0));
+    }
+  }
+  CUTE_DEVICE static void drain_turns(int warp_group) {
+    if (warp_group == 0) wait(0);
+  }
+};
 
 }  // namespace xstage::attention

@@ -1,17 +1,55 @@
-// Tile shape per head dim: the single table both the kernel configuration (flash_fwd_tile_config.hpp)
-// and the reports read. Plain C++ so CPU code can print it without CuTe.
+// The tile configurations of the forward kernel and the rule that picks one per problem. Plain C++:
+// the kernel configuration (flash_fwd_tile_config.hpp), the launcher, the reports and the CPU tests all
+// read this one table.
 #pragma once
+
+#include <cstdint>
 
 namespace xstage::attention {
 
-struct FwdTileShape {
-  int block_m;  // query rows per CTA tile (two consumer warpgroups x 64)
-  int block_n;  // key/value rows per pipeline stage
-  int stages;   // K and V pipeline depth
+// Each configuration is one kernel instantiation (one translation unit); keep the list short.
+enum class FwdTileConfigId : int {
+  kHdim64Rows128 = 0,   // d=64, 2 consumer warpgroups: more, smaller tiles (fills the GPU at small M*heads)
+  kHdim64Rows192 = 1,   // d=64, 3 consumer warpgroups: ~14% faster per row, coarser tiles
+  kHdim128Rows128 = 2,  // d=128, 2 consumer warpgroups
 };
 
-constexpr FwdTileShape fwd_tile_shape(int head_dim) {
-  return head_dim == 64 ? FwdTileShape{128, 192, 3} : FwdTileShape{128, 128, 2};
+struct FwdTileShape {
+  int head_dim;
+  int consumer_warpgroups;  // each owns 64 query rows: b_m = 64 * consumer_warpgroups
+  int block_n;              // key/value rows per pipeline stage
+  int stages;               // K and V pipeline depth
+  constexpr int block_m() const { return 64 * consumer_warpgroups; }
+};
+
+constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) {
+  switch (id) {
+    case FwdTileConfigId::kHdim64Rows128:
+      return {64, 2, 192, 3};
+    case FwdTileConfigId::kHdim64Rows192:
+      return {64, 3, 128, 3};
+    case FwdTileConfigId::kHdim128Rows128:
+    default:
+      return {128, 2, 128, 2};
+  }
+}
+
+// Throughput per query row of kHdim64Rows192 over kHdim64Rows128 once wave quantisation is factored
+// out, measured on H200 (results/h200/attention/2026-11-30-variants: 1.13-1.16 at h=4 and 12).
+constexpr double kHdim64Rows192Speedup = 1.14;
+
+// A persistent CTA takes its tiles one after another: the makespan is ceil(tiles / grid) tile times.
+constexpr int64_t fwd_tile_waves(int64_t tiles, int num_sms) { return (tiles + num_sms - 1) / num_sms; }
+
+// d=64: the configuration with the shorter predicted makespan (waves x rows per tile / speed);
+// d=128: the one configuration.
+constexpr FwdTileConfigId choose_fwd_tile_config(int head_dim, int64_t batch_heads, int64_t seqlen_q, int num_sms) {
+  if (head_dim != 64) return FwdTileConfigId::kHdim128Rows128;
+  const int64_t tiles_128 = batch_heads * ((seqlen_q + 127) / 128);
+  const int64_t tiles_192 = batch_heads * ((seqlen_q + 191) / 192);
+  const double time_128 = double(fwd_tile_waves(tiles_128, num_sms)) * 128.0;
+  const double time_192 = double(fwd_tile_waves(tiles_192, num_sms)) * 192.0 / kHdim64Rows192Speedup;
+  return time_192 < time_128 ? FwdTileConfigId::kHdim64Rows192 : FwdTileConfigId::kHdim64Rows128;
 }
 
 }  // namespace xstage::attention

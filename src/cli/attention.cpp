@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -43,11 +44,21 @@ int64_t extent_elements(const BmhdStrides& s, int batch, int seqlen, int heads, 
 enum class Layout { kPacked, kPackedQkv, kPaddedO };
 
 struct CheckCase {
+  CheckCase(int b, int mq, int mk, int h, int d, float scale_ = 0.f, bool cpu = false, Layout layout_ = Layout::kPacked)
+      : batch(b), seqlen_q(mq), seqlen_k(mk), heads(h), head_dim(d), scale(scale_), cpu_reference(cpu), layout(layout_) {}
   int batch, seqlen_q, seqlen_k, heads, head_dim;
-  float scale = 0.f;  // 0: 1/sqrt(d)
-  bool cpu_reference = false;
-  Layout layout = Layout::kPacked;
+  float scale;  // 0: 1/sqrt(d)
+  bool cpu_reference;
+  Layout layout;
+  std::optional<attention::FwdTileConfigId> tile_config;  // default: the launcher's choice
 };
+
+// The same case, forced onto d=64's 192-row configuration (the launcher's pick at check sizes is
+// mostly the 128-row one, and both must be right).
+CheckCase rows192(CheckCase c) {
+  c.tile_config = attention::FwdTileConfigId::kHdim64Rows192;
+  return c;
+}
 
 std::string describe(const CheckCase& c) {
   std::ostringstream os;
@@ -55,6 +66,7 @@ std::string describe(const CheckCase& c) {
   if (c.scale != 0.f) os << " scale=" << c.scale;
   if (c.layout == Layout::kPackedQkv) os << " qkv-packed";
   if (c.layout == Layout::kPaddedO) os << " O-padded";
+  if (c.tile_config) os << " b_m=" << attention::fwd_tile_shape(*c.tile_config).block_m();
   return os.str();
 }
 
@@ -157,6 +169,7 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
   const int64_t nref = int64_t(c.batch) * c.seqlen_q * c.heads * d;
   DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4);
   args.problem = p;
+  args.tile_config = c.tile_config;
   args.o = o_buf.get();
   args.lse = lse_buf.get<float>();
 
@@ -197,7 +210,7 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
 
 std::vector<CheckCase> check_cases(bool quick) {
   if (quick) {  // small enough for compute-sanitizer
-    return {{1, 200, 200, 2, 64, 0.f, true}, {2, 130, 300, 1, 128, 0.f, false}};
+    return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128}};
   }
   return {
       // float64 CPU reference
@@ -218,6 +231,16 @@ std::vector<CheckCase> check_cases(bool quick) {
       {2, 640, 640, 3, 64, 0.f, false, Layout::kPackedQkv},
       {1, 1025, 1025, 2, 64, 0.f, false, Layout::kPaddedO},
       {2, 257, 257, 2, 128, 0.f, false, Layout::kPaddedO},
+      // d=64 on its second (192-row, 3-consumer-warpgroup) configuration
+      rows192({1, 1, 1, 1, 64, 0.f, true}),
+      rows192({1, 130, 130, 2, 64, 0.f, true}),
+      rows192({1, 64, 300, 2, 64, 0.f, true}),
+      rows192({1, 200, 200, 1, 64, 1.0f, true}),
+      rows192({2, 1000, 1000, 3, 64}),
+      rows192({1, 8192, 8192, 2, 64}),
+      rows192({1, 300, 5000, 2, 64}),
+      rows192({2, 640, 640, 3, 64, 0.f, false, Layout::kPackedQkv}),
+      rows192({1, 1025, 1025, 2, 64, 0.f, false, Layout::kPaddedO}),
   };
 }
 
@@ -311,6 +334,8 @@ void run_bench(const BenchOptions& opt) {
   std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.reps);
   std::printf("%5s %6s %7s %12s %10s  %s\n", "d", "heads", "M", "time_ms", "TFLOP/s", "tile");
   bool first = true;
+  int num_sms = 0;
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
   for (int d : opt.head_dims) {
     for (int h : opt.heads) {
       for (int m : opt.seqlens) {
@@ -340,8 +365,8 @@ void run_bench(const BenchOptions& opt) {
         const double t_ms = attention::median(times);
         const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;
         const double tflops = flops / (t_ms * 1e-3) / 1e12;
-        std::printf("%5d %6d %7d %12.4f %10.1f  %s\n", d, h, m, t_ms, tflops,
-                    attention::flash_fwd_tile_description(d).c_str());
+        const std::string tile = attention::describe(attention::fwd_tile_shape(attention::flash_fwd_tile_config(p, num_sms)));
+        std::printf("%5d %6d %7d %12.4f %10.1f  %s\n", d, h, m, t_ms, tflops, tile.c_str());
         std::fflush(stdout);
         points.push_back({{"head_dim", d},
                           {"heads", h},
@@ -351,7 +376,7 @@ void run_bench(const BenchOptions& opt) {
                           {"tflops", tflops},
                           {"launches_per_timing", inner},
                           {"times_ms", times},
-                          {"tile", attention::flash_fwd_tile_description(d)}});
+                          {"tile", tile}});
       }
     }
   }

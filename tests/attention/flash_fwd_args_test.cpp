@@ -6,6 +6,7 @@
 
 #include "attention/flash_fwd.hpp"
 #include "attention/flash_fwd_params.hpp"
+#include "attention/tile_shapes.hpp"
 #include "common/error.hpp"
 
 namespace xstage::attention {
@@ -108,9 +109,20 @@ TEST(Validate, RejectsBadScale) {
   EXPECT_NE(error_of(a).find("softmax_scale"), std::string::npos);
 }
 
+TEST(Validate, RejectsAForcedConfigurationOfAnotherHeadDim) {
+  FlashFwdArgs a = valid_args(128);
+  a.tile_config = FwdTileConfigId::kHdim64Rows192;
+  EXPECT_NE(error_of(a).find("is for head_dim 64"), std::string::npos);
+  a = valid_args(64);
+  a.tile_config = FwdTileConfigId::kHdim64Rows192;
+  EXPECT_EQ(error_of(a), "");
+}
+
 TEST(TileDescription, NamesTheTileShape) {
-  EXPECT_EQ(flash_fwd_tile_description(128), "b_m=128 b_n=128 stages=2");
-  EXPECT_EQ(flash_fwd_tile_description(64), "b_m=128 b_n=192 stages=3");
+  EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim128Rows128)),
+            "b_m=128 b_n=128 stages=2 (2 consumer warpgroups)");
+  EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim64Rows192)),
+            "b_m=192 b_n=128 stages=3 (3 consumer warpgroups)");
 }
 
 }  // namespace

@@ -69,12 +69,41 @@ TEST(TileScheduler, GridNeverExceedsTilesOrSms) {
   EXPECT_EQ(StaticPersistentTileScheduler::grid_size(1000, 132), 132);
 }
 
-TEST(TileShapes, TwoConfigurations) {
-  EXPECT_EQ(fwd_tile_shape(128).block_m, 128);
-  EXPECT_EQ(fwd_tile_shape(128).block_n, 128);
-  EXPECT_EQ(fwd_tile_shape(64).block_n, 192);
+TEST(TileShapes, ConfigurationsAreConsistent) {
+  for (auto id : {FwdTileConfigId::kHdim64Rows128, FwdTileConfigId::kHdim64Rows192, FwdTileConfigId::kHdim128Rows128}) {
+    const FwdTileShape t = fwd_tile_shape(id);
+    EXPECT_TRUE(t.head_dim == 64 || t.head_dim == 128);
+    EXPECT_TRUE(t.consumer_warpgroups == 2 || t.consumer_warpgroups == 3);
+    EXPECT_EQ(t.block_m(), 64 * t.consumer_warpgroups);
+    EXPECT_EQ(t.block_n % 16, 0);
+    EXPECT_GE(t.stages, 2);
+  }
   EXPECT_EQ(ceil_div(8193, 128), 65);
   EXPECT_EQ(ceil_div(1, 192), 1);
+}
+
+// The wave model against the H200 measurements that set it (results/h200/attention/2026-11-30-variants,
+// 132 SMs, batch 1): which d=64 configuration was faster at each point.
+TEST(TileConfigChoice, MatchesMeasuredWinnersOnH200) {
+  struct Point {
+    int heads, seqlen;
+    FwdTileConfigId faster;
+  };
+  const FwdTileConfigId r128 = FwdTileConfigId::kHdim64Rows128, r192 = FwdTileConfigId::kHdim64Rows192;
+  const Point measured[] = {{4, 4096, r128},   {4, 8192, r128},   {4, 16384, r192},  {4, 32768, r192},
+                            {4, 65536, r192},  {12, 4096, r192},  {12, 8192, r192},  {12, 16384, r192},
+                            {12, 32768, r192}, {12, 65536, r192}};
+  for (const Point& p : measured) {
+    EXPECT_EQ(choose_fwd_tile_config(64, p.heads, p.seqlen, 132), p.faster) << p.heads << " heads, M=" << p.seqlen;
+  }
+  EXPECT_EQ(choose_fwd_tile_config(128, 4, 4096, 132), FwdTileConfigId::kHdim128Rows128);
+  EXPECT_EQ(choose_fwd_tile_config(64, 1, 1, 132), r128);  // one tile either way: the smaller one finishes first
+}
+
+TEST(TileConfigChoice, WavesCountPersistentRounds) {
+  EXPECT_EQ(fwd_tile_waves(1, 132), 1);
+  EXPECT_EQ(fwd_tile_waves(132, 132), 1);
+  EXPECT_EQ(fwd_tile_waves(133, 132), 2);
 }
 
 }  // namespace

@@ -1,0 +1,13 @@
+// One kernel instantiation per translation unit (configuration kHdim64Rows192, tile_shapes.hpp): keeps the
+// build parallel and each compile short.
+#include "attention/flash_fwd.hpp"
+#include "attention/flash_fwd_launch.cuh"
+
+namespace xstage::attention::detail {
+
+template <>
+void launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows192>(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
+  launch_flash_fwd<PlainFlashFwdKernel<FwdTileConfigId::kHdim64Rows192>>(args, num_sms, stream);
+}
+
+}  // namespace xstage::attention::detail

@@ -54,10 +54,23 @@ void expect_input_error(const std::string& args, const std::string& fragment) {
   EXPECT_CONTAINS(r.err, fragment);
 }
 
-TEST(PlanCli, PatternWithTheShippedPlatformPrintsAVerdict) {
-  const CliRun r = xstage("plan pattern --producers 132 --burst 32KiB --gap 2us");
+// The paper's published numbers (platforms/paper_reference.json) make the expected values checkable by
+// hand; the default platform is the H200 calibration, whose numbers come from a measurement.
+const std::string kPaper = std::string("--platform '") + XSTAGE_SOURCE_DIR + "/platforms/paper_reference.json' ";
+
+TEST(PlanCli, DefaultsToTheShippedH200Calibration) {
+  const CliRun r = xstage("plan pattern --producers 132 --burst 8KiB --gap 1us,30us");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_CONTAINS(r.out, "h200_nvlink4.json");
+  EXPECT_EQ(r.out.find("PROVISIONAL"), std::string::npos) << r.out;
+  EXPECT_CONTAINS(r.out, "reshape");    // 1 MiB every 1 µs is far above any NVLink drain
+  EXPECT_CONTAINS(r.out, "piggyback");  // 30 µs of gap drains it
+}
+
+TEST(PlanCli, PatternWithThePaperNumbersPrintsAVerdict) {
+  const CliRun r = xstage("plan " + kPaper + "pattern --producers 132 --burst 32KiB --gap 2us");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "paper_reference.json");
   EXPECT_CONTAINS(r.out, "PROVISIONAL");
   EXPECT_CONTAINS(r.out, "verdict   reshape");
   EXPECT_CONTAINS(r.out, "rate bound      BROKEN");
@@ -68,7 +81,7 @@ TEST(PlanCli, PatternWithTheShippedPlatformPrintsAVerdict) {
 }
 
 TEST(PlanCli, OutsideTheMeasuredGridWarns) {
-  const CliRun r = xstage("plan pattern -K 148 -B 32KiB -G 10us");
+  const CliRun r = xstage("plan " + kPaper + "pattern -K 148 -B 32KiB -G 10us");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_CONTAINS(r.err, "xstage: warning: T_iss0: K = 148 lies above the measured range [16, 132]");
   EXPECT_CONTAINS(r.err, "Q(K): K = 148");
@@ -78,20 +91,20 @@ TEST(PlanCli, OutsideTheMeasuredGridWarns) {
 }
 
 TEST(PlanCli, GapSweepAndSimulation) {
-  const CliRun r = xstage("plan pattern -K 132 -V 4MiB -G 0,3us,6us --simulate --bursts 40");
+  const CliRun r = xstage("plan " + kPaper + "pattern -K 132 -V 4MiB -G 0,3us,6us --simulate --bursts 40");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_CONTAINS(r.out, "sim T_iss");
   EXPECT_CONTAINS(r.out, "reshape");
   EXPECT_CONTAINS(r.out, "piggyback");
 
-  const CliRun s = xstage("plan pattern -K 132 -B 40KiB -G 20us --simulate --stagger 21us");
+  const CliRun s = xstage("plan " + kPaper + "pattern -K 132 -B 40KiB -G 20us --simulate --stagger 21us");
   ASSERT_EQ(s.status, 0) << s.err;
   EXPECT_CONTAINS(s.out, "verdict   shrink the burst");
   EXPECT_CONTAINS(s.out, "simulated 132 producers");
 }
 
 TEST(PlanCli, JsonOutputIsParseable) {
-  const CliRun r = xstage("plan pattern -K 132 -B 32KiB -G 2us --json --simulate --jitter 200ns");
+  const CliRun r = xstage("plan " + kPaper + "pattern -K 132 -B 32KiB -G 2us --json --simulate --jitter 200ns");
   ASSERT_EQ(r.status, 0) << r.err;
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc.at("kind"), "pattern");
@@ -103,7 +116,7 @@ TEST(PlanCli, JsonOutputIsParseable) {
   EXPECT_GT(row.at("simulation").at("T_iss_ns").at("count").get<int>(), 0);
 
   // --json may come before the kind too, and the TMA path halves Q.
-  const CliRun t = xstage("plan --json --store-path tma_bulk pattern -K 132 -B 32KiB -G 2us");
+  const CliRun t = xstage("plan " + kPaper + "--json --store-path tma_bulk pattern -K 132 -B 32KiB -G 2us");
   ASSERT_EQ(t.status, 0) << t.err;
   const nlohmann::json tma = nlohmann::json::parse(t.out);
   EXPECT_NEAR(tma.at("platform").at("Q_bytes").get<double>() / doc.at("platform").at("Q_bytes").get<double>(), 0.5,
@@ -114,14 +127,14 @@ TEST(PlanCli, JsonOutputIsParseable) {
 }
 
 TEST(PlanCli, MoeFromGemmShapes) {
-  const CliRun r = xstage("plan moe -K 66 --hidden 4096 --inter 256 --tflops 800");
+  const CliRun r = xstage("plan " + kPaper + "moe -K 66 --hidden 4096 --inter 256 --tflops 800");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_CONTAINS(r.out, "expert-wave");
   EXPECT_CONTAINS(r.out, "interleaved");
   EXPECT_CONTAINS(r.out, "D_knee = 33");
   EXPECT_CONTAINS(r.out, "verdict   reshape");
 
-  const CliRun j = xstage("plan moe -K 66 --t-l1 22us --t-l2 1.4us --mix 1:8 --json");
+  const CliRun j = xstage("plan " + kPaper + "moe -K 66 --t-l1 22us --t-l2 1.4us --mix 1:8 --json");
   ASSERT_EQ(j.status, 0) << j.err;
   const nlohmann::json doc = nlohmann::json::parse(j.out);
   EXPECT_EQ(doc.at("verdict"), "reshape");
@@ -130,14 +143,14 @@ TEST(PlanCli, MoeFromGemmShapes) {
 }
 
 TEST(PlanCli, AttentionSufficientLength) {
-  const CliRun r = xstage("plan attention --seq-len 512,1024,8192 --sigma 0.79us --heads 24");
+  const CliRun r = xstage("plan " + kPaper + "attention --seq-len 512,1024,8192 --sigma 0.79us --heads 24");
   ASSERT_EQ(r.status, 0) << r.err;
   // K = 132 aligned 32 KiB tiles: G* = 5.27 us, M_ub* = 128*ceil(5272/790) = 896.
   EXPECT_CONTAINS(r.out, "M_ub* = b_n*ceil(G*/sigma) = 896 tokens");
   EXPECT_CONTAINS(r.out, "verdict   reshape");  // M = 512 is below M_ub*
   EXPECT_CONTAINS(r.out, "piggyback only for M >= M_ub* = 896 tokens");
 
-  const CliRun p = xstage("plan attention -M 8192,16384 --tflops 600 --json");
+  const CliRun p = xstage("plan " + kPaper + "attention -M 8192,16384 --tflops 600 --json");
   ASSERT_EQ(p.status, 0) << p.err;
   const nlohmann::json doc = nlohmann::json::parse(p.out);
   EXPECT_EQ(doc.at("verdict"), "piggyback");

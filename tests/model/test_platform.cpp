@@ -255,8 +255,25 @@ TEST(PlatformInterpolation, ClampsAndWarnsOutsideTheMeasuredRange) {
   EXPECT_THROW(evaluate_platform(t, 64, -1.0), InputError);
 }
 
-TEST(ShippedPlatform, IsProvisionalPaperNumbersForBothPaths) {
+TEST(ShippedPlatform, H200IsACalibrationThatRecordsHowItWasMade) {
   const PlatformModel m = read_platform_file(std::string(XSTAGE_SOURCE_DIR) + "/platforms/h200_nvlink4.json");
+  EXPECT_FALSE(m.provisional);
+  EXPECT_NE(m.provenance.at("command").get<std::string>().find("xstage calibrate"), std::string::npos);
+  EXPECT_EQ(m.provenance.at("gpu_count").get<int>(), 2);
+  for (StorePath path : {StorePath::st_global_16B, StorePath::tma_bulk}) {
+    const PlatformTriple& t = store_path_triple(m, path);
+    // Measured over the whole H200 (132 SMs): the grid reaches every SM and every K has a capacity.
+    const PlatformLookup all_sms = evaluate_platform(t, 132, 32 * KiB);
+    EXPECT_TRUE(all_sms.warnings.empty()) << to_string(path);
+    EXPECT_GT(all_sms.point.Q_bytes, 0.0);
+    // Physically: the drain cannot beat NVLink4's 18 x 26.56 GB/s per direction.
+    EXPECT_LT(t.R_bytes_per_ns, 18 * 26.56);
+    EXPECT_FALSE(t.fit.empty()) << "the calibration's diagnostics travel with the file";
+  }
+}
+
+TEST(ShippedPlatform, PaperReferenceIsProvisionalPaperNumbersForBothPaths) {
+  const PlatformModel m = read_platform_file(std::string(XSTAGE_SOURCE_DIR) + "/platforms/paper_reference.json");
   EXPECT_TRUE(m.provisional);
   EXPECT_NE(m.provenance.at("note").get<std::string>().find("not a measurement"), std::string::npos);
   const PlatformTriple& st = store_path_triple(m, StorePath::st_global_16B);

@@ -1,14 +1,15 @@
-// The forward mainloop on Hopper: a TMA producer and two wgmma consumer warpgroups.
+// The forward mainloop on Hopper: a TMA producer and 2 or 3 wgmma consumer warpgroups.
 //
-// Producer (one elected thread of warpgroup 0), per tile:
+// Producer (thread 0 of warpgroup 0), per tile:
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
-// PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: the 256 consumer threads
-// consumer threads arrive once their last S = Q K^T has completed, so the next tile's Q loads during this tile's last
-// P V and epilogue).
+// PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
+// arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
+// tile's last P V and epilogue).
 //
-// Consumers (warpgroups 1..n, n = 2 or 3, 64 query rows each), per tile, key blocks from last to first (the last
-// block is the only partial one: its masked columns are set to -inf in the first step, no later check):
+// Consumers (warpgroups 1..n, n = 2 or 3, 64 query rows each), per tile, key blocks from last to first
+// (the last block is the only partial one: its masked columns are set to -inf in the first step, and no
+// later block needs a check):
 //   S = Q K[n_last]^T; softmax -> P
 //   for each further block n:  issue S = Q K[n]^T, issue O += P V[n+1]      (two wgmma batches in flight)
 //                              wait for S; softmax(S) overlaps the P V wgmma    (intra-warpgroup overlap)

@@ -10,49 +10,12 @@
 #include <sstream>
 #include <string>
 
+#include "cli_run.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs `xstage <args>` through the shell; stderr goes to a scratch file so both streams can be checked.
-CliRun xstage(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("xstage_plan_cli_" + std::to_string(::getpid()) + ".err");
-  const std::string cmd = std::string("'") + XSTAGE_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
-  CliRun r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  std::ifstream in(err_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-#define EXPECT_CONTAINS(text, needle) EXPECT_TRUE(contains(text, needle)) << "'" << (needle) << "' not in:\n" << (text)
-
-// A bad input: exit status 2 and "xstage: error: ..." naming the problem on stderr.
-void expect_input_error(const std::string& args, const std::string& fragment) {
-  const CliRun r = xstage(args);
-  EXPECT_EQ(r.status, 2) << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
-  EXPECT_CONTAINS(r.err, "xstage: error:");
-  EXPECT_CONTAINS(r.err, fragment);
-}
+using namespace xstage_cli_test;
 
 // The paper's published numbers (platforms/paper_reference.json) make the expected values checkable by
 // hand; the default platform is the H200 calibration, whose numbers come from a measurement.

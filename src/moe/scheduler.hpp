@@ -1,0 +1,140 @@
+// The two tile streams of one rank and the two schedules that merge them (BRIEF §3, paper §4.2).
+//
+// Scheduler rows: p = one (local expert, m-block) pair, numbered expert by expert (O_e = the expert's first
+// row, from expert_first_rows in routing.hpp); experts with no tokens have no rows. Row p is dispatch rows
+// [p·b_m, (p+1)·b_m) and ring slot p mod S.
+//   L1 stream: tile k1 = (row p1 = k1 / P1, n-block k1 mod P1) over the 2·h_inter outputs (P1 per row).
+//   L2 stream: tile k2 = (row p2 = k2 / P2, n-block k2 mod P2) over the h outputs (P2 per row).
+// Dependency: L2 (p, *) reads the whole h_inter of row p, so it needs every L1 (p, *) done — the kernel's
+// per-slot l1_done counter (layout.hpp) reaching P1·(generation + 1). Both schedules only reorder tiles;
+// the counters keep every dependency.
+//
+// One persistent instance (CTA) runs one tile at a time. The paper pairs two CTAs per tile
+// (n = 2·(k mod P_i) + r) for Blackwell's 2-CTA MMA; Hopper has no 2-SM MMA, so here one CTA owns a
+// whole b_m × b_n tile and the instance id g is the CTA index; Gs is the grid size.
+//
+// Both schedules are stateless objects: `start(g)` gives instance g's first state, `next(state)` the
+// tile to run and the state after it (Stage::none when the instance is done). The producer warp, the
+// consumer warpgroups and the storer warps of one CTA each walk the same sequence independently.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/problem.hpp"
+
+namespace xstage::moe {
+
+enum class Stage : std::uint8_t { none, L1, L2 };
+
+struct Tile {
+  Stage stage = Stage::none;
+  int row = -1;          // scheduler row p
+  int expert = -1;       // local expert of the row
+  int m_block = -1;      // m-block inside the expert: p - O_e
+  int n_block = -1;      // N-block inside the row: [0, P1) for L1, [0, P2) for L2
+  XSTAGE_HD constexpr bool valid() const { return stage != Stage::none; }
+};
+
+// The scheduler rows of one owner: O_e for its E_local experts, E_local + 1 entries, non-decreasing.
+struct SchedulerRows {
+  const int* first_row = nullptr;
+  int E_local = 0;
+
+  XSTAGE_HD constexpr int num_rows() const { return first_row[E_local]; }
+  // The expert whose rows contain p: the last e with O_e <= p (empty experts share O with the next one).
+  XSTAGE_HD int expert_of_row(int p) const {
+    int lo = 0, hi = E_local;  // invariant: O[lo] <= p < O[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (first_row[mid] <= p) lo = mid; else hi = mid;
+    }
+    return lo;
+  }
+};
+
+struct TileStreams {
+  SchedulerRows rows;
+  int P1 = 0;  // L1 n-blocks per row (2·h_inter / b_n)
+  int P2 = 0;  // L2 n-blocks per row (h / b_n)
+
+  XSTAGE_HD constexpr int l1_tiles() const { return rows.num_rows() * P1; }
+  XSTAGE_HD constexpr int l2_tiles() const { return rows.num_rows() * P2; }
+  XSTAGE_HD Tile make(Stage stage, int p, int n) const {
+    const int e = rows.expert_of_row(p);
+    return Tile{stage, p, e, p - rows.first_row[e], n};
+  }
+  XSTAGE_HD Tile l1_tile(int k1) const { return make(Stage::L1, k1 / P1, k1 % P1); }
+  XSTAGE_HD Tile l2_tile(int k2) const { return make(Stage::L2, k2 / P2, k2 % P2); }
+};
+
+template <class State>
+struct ScheduleStep {
+  Tile tile;    // Stage::none: the instance has no more tiles
+  State next;
+};
+
+// Algorithm 1, one CTA per tile. Emits L2 tile k2 only when the L1 stream leads it by at least D rows
+// (p2 + D <= p1, p1 = +inf once L1 is done); otherwise the next L1 tile. D >= 1 is required: with D = 0 an
+// instance could emit L2 (p, ·) before its own L1 (p, ·) tile and wait for itself forever.
+struct InterleavedSchedule {
+  struct State {
+    int k1 = 0;
+    int k2 = 0;
+  };
+  TileStreams streams;
+  int D_rows = 1;  // minimum lead of L1 over L2, in scheduler rows (D_knee: schedule_host.hpp)
+  int Gs = 1;      // persistent instances (grid size)
+
+  XSTAGE_HD constexpr State start(int g) const { return State{g, g}; }
+  XSTAGE_HD ScheduleStep<State> next(State s) const {
+    const int n1 = streams.l1_tiles(), n2 = streams.l2_tiles();
+    if (s.k1 >= n1 && s.k2 >= n2) return {Tile{}, s};
+    const bool l1_done = s.k1 >= n1;
+    const int p2 = s.k2 / streams.P2;
+    if (s.k2 < n2 && (l1_done || p2 + D_rows <= s.k1 / streams.P1))
+      return {streams.l2_tile(s.k2), State{s.k1, s.k2 + Gs}};
+    return {streams.l1_tile(s.k1), State{s.k1 + Gs, s.k2}};
+  }
+};
+
+// The baseline: local experts in waves of `wave_experts`; the global order is wave 0's L1 tiles, wave 0's
+// L2 tiles, wave 1's L1 tiles, ...; instance g runs tiles g, g + Gs, g + 2·Gs, ... of that order. Wave w
+// starts at global index (P1 + P2)·O_{w·W}, so the wave of index j is that of row j / (P1 + P2).
+struct ExpertWaveSchedule {
+  struct State {
+    int j = 0;
+  };
+  TileStreams streams;
+  int wave_experts = 1;  // W (wave_size_experts below)
+  int Gs = 1;
+
+  XSTAGE_HD constexpr State start(int g) const { return State{g}; }
+  XSTAGE_HD ScheduleStep<State> next(State s) const {
+    const int P12 = streams.P1 + streams.P2;
+    if (s.j >= streams.rows.num_rows() * P12) return {Tile{}, s};
+    const int e = streams.rows.expert_of_row(s.j / P12);
+    const int e0 = e / wave_experts * wave_experts;
+    const int e1 = e0 + wave_experts < streams.rows.E_local ? e0 + wave_experts : streams.rows.E_local;
+    const int r0 = streams.rows.first_row[e0], wave_rows = streams.rows.first_row[e1] - r0;
+    int local = s.j - P12 * r0;
+    const State after{s.j + Gs};
+    if (local < streams.P1 * wave_rows) return {streams.make(Stage::L1, r0 + local / streams.P1, local % streams.P1), after};
+    local -= streams.P1 * wave_rows;
+    return {streams.make(Stage::L2, r0 + local / streams.P2, local % streams.P2), after};
+  }
+};
+
+// Wave-size heuristic: the fewest experts whose tiles, at the balanced load (T·k rows per owner spread
+// over E_local experts), give every one of the K_SM persistent CTAs at least one tile in the smaller phase
+// of a wave (min(P1, P2) tiles per row). Fewer experts per wave keep the weights of one wave in L2 cache;
+// fewer tiles than CTAs would leave SMs idle at every wave's L2 phase. Clamped to [1, E_local].
+XSTAGE_HD constexpr int wave_size_experts(const MoeProblem& pr, int K_SM) {
+  const std::int64_t rows_per_expert = ceil_div(static_cast<std::int64_t>(pr.T_tokens) * pr.top_k, pr.E_local());
+  const std::int64_t m_per_expert = ceil_div(rows_per_expert, pr.b_m);
+  const int n_min = pr.P1_l1_n_blocks() < pr.P2_l2_n_blocks() ? pr.P1_l1_n_blocks() : pr.P2_l2_n_blocks();
+  const std::int64_t tiles_per_expert = m_per_expert * n_min;
+  const std::int64_t W = tiles_per_expert > 0 ? ceil_div(K_SM, tiles_per_expert) : pr.E_local();
+  return static_cast<int>(W < 1 ? 1 : (W > pr.E_local() ? pr.E_local() : W));
+}
+
+}  // namespace xstage::moe

@@ -1,0 +1,299 @@
+// The two schedules: every tile exactly once, every dependency kept, no deadlock, how they spread the
+// L2 tiles, and the lead D against D_knee — over seeded random problems.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "common/error.hpp"
+#include "model/moe.hpp"
+#include "moe/layout.hpp"
+#include "moe/schedule_host.hpp"
+#include "test_util.hpp"
+
+namespace xstage::moe {
+namespace {
+
+using test::first_rows_from_counts;
+using test::random_expert_rows;
+
+// Every (stage, row, n) of both streams exactly once over all instances; coordinates consistent.
+template <class Schedule>
+void expect_exactly_once(const Schedule& s, const std::vector<int>& O, const std::string& what) {
+  const TileStreams& st = s.streams;
+  std::map<std::tuple<int, int, int>, int> seen;
+  for (int g = 0; g < s.Gs; ++g) {
+    int last_k1 = -1, last_k2 = -1;
+    for (const Tile& t : instance_sequence(s, g)) {
+      ++seen[{static_cast<int>(t.stage), t.row, t.n_block}];
+      ASSERT_GE(t.row, 0) << what;
+      ASSERT_LT(t.row, st.rows.num_rows()) << what;
+      ASSERT_GE(t.expert, 0) << what;
+      ASSERT_LT(t.expert, st.rows.E_local) << what;
+      EXPECT_GE(t.row, O[t.expert]) << what;
+      EXPECT_LT(t.row, O[t.expert + 1]) << what << " (row outside its expert)";
+      EXPECT_EQ(t.m_block, t.row - O[t.expert]) << what;
+      ASSERT_GE(t.n_block, 0) << what;
+      EXPECT_LT(t.n_block, t.stage == Stage::L1 ? st.P1 : st.P2) << what;
+      // Each instance walks each stream forward: tile indices strictly increase per stream.
+      const int k = t.row * (t.stage == Stage::L1 ? st.P1 : st.P2) + t.n_block;
+      int& last = t.stage == Stage::L1 ? last_k1 : last_k2;
+      EXPECT_GT(k, last) << what;
+      last = k;
+    }
+  }
+  const int rows = st.rows.num_rows();
+  EXPECT_EQ(static_cast<int>(seen.size()), rows * (st.P1 + st.P2)) << what;
+  for (const auto& [key, n] : seen) EXPECT_EQ(n, 1) << what << " tile emitted " << n << " times";
+}
+
+// From the runs alone (not the simulator's own flag): every L2 tile starts after all L1 tiles of its row
+// ended, and an L1 tile reusing a ring slot starts after all L2 tiles of the slot's previous row ended.
+void expect_dependencies(const SimulationResult& r, const TileStreams& st, int S, const std::string& what) {
+  const int rows = st.rows.num_rows();
+  std::vector<long> l1_end(rows, -1), l2_end(rows, -1);
+  std::vector<int> l1_n(rows, 0), l2_n(rows, 0);
+  for (const auto& runs : r.runs)
+    for (const TileRun& t : runs) {
+      auto& end = t.tile.stage == Stage::L1 ? l1_end : l2_end;
+      end[t.tile.row] = std::max(end[t.tile.row], t.end);
+      ++(t.tile.stage == Stage::L1 ? l1_n : l2_n)[t.tile.row];
+    }
+  for (int p = 0; p < rows; ++p) {
+    ASSERT_EQ(l1_n[p], st.P1) << what;
+    ASSERT_EQ(l2_n[p], st.P2) << what;
+  }
+  for (const auto& runs : r.runs)
+    for (const TileRun& t : runs) {
+      if (t.tile.stage == Stage::L2) EXPECT_GE(t.start, l1_end[t.tile.row]) << what << " L2 before its L1 row";
+      if (t.tile.stage == Stage::L1 && t.tile.row >= S) EXPECT_GE(t.start, l2_end[t.tile.row - S]) << what << " ring slot reused early";
+    }
+}
+
+MoeProblem problem_with(int E_local, int P1, int P2) {
+  MoeProblem p = test::small_problem(1, E_local, 1, 1024);
+  p.h_inter = P1 * p.b_n / 2;
+  p.h_hidden = P2 * p.b_n;
+  return p;
+}
+
+TEST(MoeScheduler, EveryTileExactlyOnceOverRandomProblems) {
+  std::mt19937_64 rng(20260101);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int E_local = 1 + static_cast<int>(rng() % 9);
+    const int P1 = 1 + static_cast<int>(rng() % 6), P2 = 1 + static_cast<int>(rng() % 6);
+    const MoeProblem pr = problem_with(E_local, P1, P2);
+    const std::vector<int> O = first_rows_from_counts(random_expert_rows(rng, E_local, pr.b_m, 4), pr.b_m);
+    const int Gs = std::vector<int>{1, 2, 3, 7, 16, 132}[rng() % 6];
+    const int D = 1 + static_cast<int>(rng() % 6);
+    const int W = 1 + static_cast<int>(rng() % E_local);
+    const std::string what = "trial " + std::to_string(trial) + " E_local=" + std::to_string(E_local) + " P1=" +
+                             std::to_string(P1) + " P2=" + std::to_string(P2) + " Gs=" + std::to_string(Gs) +
+                             " D=" + std::to_string(D) + " W=" + std::to_string(W) + " rows=" + std::to_string(O.back());
+    expect_exactly_once(make_interleaved_schedule(pr, O.data(), D, Gs), O, "interleaved " + what);
+    expect_exactly_once(make_expert_wave_schedule(pr, O.data(), W, Gs), O, "wave " + what);
+  }
+}
+
+TEST(MoeScheduler, AllExpertsEmptyGivesNoTiles) {
+  const MoeProblem pr = problem_with(4, 2, 2);
+  const std::vector<int> O(5, 0);
+  EXPECT_TRUE(instance_sequence(make_interleaved_schedule(pr, O.data(), 1, 3), 0).empty());
+  EXPECT_TRUE(instance_sequence(make_expert_wave_schedule(pr, O.data(), 2, 3), 0).empty());
+}
+
+TEST(MoeScheduler, InterleavedFollowsAlgorithm1Literally) {
+  // Rows 0..2 (one expert of 3 m-blocks), P1 = 2, P2 = 1, D = 1, one instance:
+  // k1=0 (p1=0), k2=0 (p2=0): 0+1 <= 0? no  -> L1(0,0)
+  // k1=1 (p1=0):               no           -> L1(0,1)
+  // k1=2 (p1=1):               0+1 <= 1     -> L2(0,0)
+  // k2=1 (p2=1):               1+1 <= 1? no -> L1(1,0), L1(1,1), then p1=2: L2(1,0); then L1(2,0), L1(2,1),
+  // then L1 done (p1 = inf): L2(2,0).
+  const MoeProblem pr = problem_with(1, 2, 1);
+  const std::vector<int> O{0, 3};
+  EXPECT_EQ(format_sequence(instance_sequence(make_interleaved_schedule(pr, O.data(), 1, 1), 0)),
+            "L1(0,0) L1(0,1) L2(0,0) L1(1,0) L1(1,1) L2(1,0) L1(2,0) L1(2,1) L2(2,0)");
+  // Wave, one expert per wave, two instances: global order L1(0,0) L1(0,1) L1(1,0) ... L2(0,0) L2(1,0) L2(2,0).
+  const ExpertWaveSchedule w = make_expert_wave_schedule(pr, O.data(), 1, 2);
+  EXPECT_EQ(format_sequence(instance_sequence(w, 0)), "L1(0,0) L1(1,0) L1(2,0) L2(0,0) L2(2,0)");
+  EXPECT_EQ(format_sequence(instance_sequence(w, 1)), "L1(0,1) L1(1,1) L1(2,1) L2(1,0)");
+}
+
+TEST(MoeScheduler, SimulationKeepsDependenciesAndNeverDeadlocks) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 120; ++trial) {
+    const int E_local = 1 + static_cast<int>(rng() % 8);
+    const int P1 = 1 + static_cast<int>(rng() % 5), P2 = 1 + static_cast<int>(rng() % 5);
+    const MoeProblem pr = problem_with(E_local, P1, P2);
+    const std::vector<int> O = first_rows_from_counts(random_expert_rows(rng, E_local, pr.b_m, 5), pr.b_m);
+    const int Gs = std::vector<int>{1, 2, 5, 8, 33}[rng() % 5];
+    const int D = 1 + static_cast<int>(rng() % 5);
+    const int W = 1 + static_cast<int>(rng() % E_local);
+    SimulationConfig cfg;
+    cfg.l1_time = 1 + static_cast<int>(rng() % 4);
+    cfg.l2_time = 1 + static_cast<int>(rng() % 4);
+    const std::string what = "trial " + std::to_string(trial);
+    const InterleavedSchedule si = make_interleaved_schedule(pr, O.data(), D, Gs);
+    const ExpertWaveSchedule sw = make_expert_wave_schedule(pr, O.data(), W, Gs);
+    // Plain buffer, then the smallest ring each schedule is proven to need.
+    for (bool ring : {false, true}) {
+      cfg.ring_slots = ring ? required_ring_slots(si) : 0;
+      const SimulationResult ri = simulate(si, cfg);
+      ASSERT_TRUE(ri.finished) << what << " interleaved deadlocked: " << ri.deadlock;
+      EXPECT_TRUE(ri.dependencies_held) << what;
+      EXPECT_EQ(ri.tiles_run, O.back() * (P1 + P2)) << what;
+      expect_dependencies(ri, si.streams, cfg.ring_slots > 0 ? cfg.ring_slots : std::max(1, O.back()), "interleaved " + what);
+      cfg.ring_slots = ring ? required_ring_slots(sw) : 0;
+      const SimulationResult rw = simulate(sw, cfg);
+      ASSERT_TRUE(rw.finished) << what << " wave deadlocked: " << rw.deadlock;
+      EXPECT_TRUE(rw.dependencies_held) << what;
+      EXPECT_EQ(rw.tiles_run, O.back() * (P1 + P2)) << what;
+      expect_dependencies(rw, sw.streams, cfg.ring_slots > 0 ? cfg.ring_slots : std::max(1, O.back()), "wave " + what);
+    }
+  }
+}
+
+TEST(MoeScheduler, SimulationDetectsDeadlocks) {
+  const MoeProblem pr = problem_with(1, 2, 2);
+  const std::vector<int> O{0, 2};
+  // D = 0: the only instance emits L2(0,0) before its own L1(0,1) and waits on itself.
+  InterleavedSchedule bad{make_streams(pr, O.data()), 0, 1};
+  const SimulationResult r = simulate(bad, SimulationConfig{});
+  EXPECT_FALSE(r.finished);
+  EXPECT_NE(r.deadlock.find("L2(row 0"), std::string::npos) << r.deadlock;
+  EXPECT_THROW(make_interleaved_schedule(pr, O.data(), 0, 1), InputError);
+  // A ring smaller than a wave: L1(1, ·) needs slot 0, whose L2 tiles come after it in the wave.
+  SimulationConfig small;
+  small.ring_slots = 1;
+  EXPECT_FALSE(simulate(make_expert_wave_schedule(pr, O.data(), 1, 1), small).finished);
+}
+
+TEST(MoeScheduler, InterleavingPutsL1TilesBetweenL2Tiles) {
+  // DeepSeek-like tile mix scaled down: P1 = 4, P2 = 4 and P1 = 4, P2 = 7; 16 experts, 4-6 m-blocks each.
+  for (auto [P1, P2] : {std::pair{4, 4}, std::pair{4, 7}, std::pair{6, 3}}) {
+    std::mt19937_64 rng(P1 * 100 + P2);
+    const MoeProblem pr = problem_with(16, P1, P2);
+    std::vector<int> rows(16);
+    for (int& r : rows) r = pr.b_m * 4 + static_cast<int>(rng() % (2 * pr.b_m));
+    const std::vector<int> O = first_rows_from_counts(rows, pr.b_m);
+    const int Gs = 16;
+    const int D = static_cast<int>(D_knee_rows(pr, Gs));
+    std::vector<std::vector<Tile>> wi, ww;
+    const InterleavedSchedule si = make_interleaved_schedule(pr, O.data(), D, Gs);
+    const ExpertWaveSchedule sw = make_expert_wave_schedule(pr, O.data(), wave_size_experts(pr, Gs), Gs);
+    for (int g = 0; g < Gs; ++g) wi.push_back(instance_sequence(si, g)), ww.push_back(instance_sequence(sw, g));
+    const L2GapStats gi = l2_gap_stats(wi), gw = l2_gap_stats(ww);
+    std::printf("P1=%d P2=%d: wave mean %.2f L1/L2 gap, back-to-back %.2f; interleaved mean %.2f, back-to-back %.2f\n",
+                P1, P2, gw.mean_l1_between, gw.back_to_back_fraction, gi.mean_l1_between, gi.back_to_back_fraction);
+    // Interleaving puts the tile mix n1/n2 = P1/P2 L1 tiles between consecutive L2 tiles (paper Eq. 12) ...
+    EXPECT_NEAR(gi.mean_l1_between, static_cast<double>(P1) / P2, 0.1 * P1 / P2);
+    EXPECT_GE(gi.mean_l1_between, gw.mean_l1_between);
+    // ... where the wave schedule runs most L2 tiles back to back (the aligned burst after burst).
+    EXPECT_GT(gw.back_to_back_fraction, 0.5);
+    const double steady = P1 >= P2 ? 0.0 : 1.0 - static_cast<double>(P1) / P2;  // unavoidable when L2 outnumbers L1
+    EXPECT_LT(gi.back_to_back_fraction, steady + 0.15);
+    EXPECT_LT(gi.back_to_back_fraction, gw.back_to_back_fraction - 0.2);
+  }
+}
+
+// Condition 2 of §4.2: with D below D_knee the L2 stream catches up with L1 tiles other instances have not
+// finished and waits; from D_knee on it (almost) never does, and the makespan stops improving.
+struct LeadSweep {
+  std::vector<long> stall, makespan;  // index D - 1
+  long knee = 0, total_l2 = 0;
+};
+
+LeadSweep sweep_lead(int P1, int P2, int Gs, int l1_time, int l2_time, int E_local, int blocks_per_expert) {
+  const MoeProblem pr = problem_with(E_local, P1, P2);
+  const std::vector<int> O = first_rows_from_counts(std::vector<int>(E_local, blocks_per_expert * pr.b_m), pr.b_m);
+  LeadSweep sw;
+  sw.knee = D_knee_rows(pr, Gs);
+  EXPECT_EQ(sw.knee, model::anti_starvation_lead_rows(pr.b_n, Gs, pr.h_inter));  // the model's, not a copy
+  sw.total_l2 = static_cast<long>(O.back()) * P2;
+  SimulationConfig cfg;
+  cfg.l1_time = l1_time;
+  cfg.l2_time = l2_time;
+  for (int D = 1; D <= 2 * sw.knee; ++D) {
+    const SimulationResult r = simulate(make_interleaved_schedule(pr, O.data(), D, Gs), cfg);
+    EXPECT_TRUE(r.finished) << r.deadlock;
+    sw.stall.push_back(r.l2_stall_time);
+    sw.makespan.push_back(r.makespan);
+  }
+  std::printf("P1=%d P2=%d Gs=%d D_knee=%ld  D: L2 stall / makespan:", P1, P2, Gs, sw.knee);
+  for (std::size_t i = 0; i < sw.stall.size(); ++i) std::printf(" %zu:%ld/%ld", i + 1, sw.stall[i], sw.makespan[i]);
+  std::printf("\n");
+  return sw;
+}
+
+TEST(MoeScheduler, LeadBelowDKneeStallsL2AndAtDKneeItDoesNot) {
+  // h = 896, h_inter = 256, tile 128x128: P1 = 4, P2 = 7, T_L1 : T_L2 = h : h_inter = 7 : 2; 32 CTAs -> D_knee = 8.
+  const LeadSweep s = sweep_lead(4, 7, 32, 7, 2, 16, 8);
+  ASSERT_EQ(s.knee, 8);
+  EXPECT_GT(s.stall[0], s.total_l2) << "D = 1: L2 tiles should wait on other instances' L1 tiles";
+  for (long D = 1; D < s.knee - 1; ++D) EXPECT_GT(s.stall[D - 1], s.stall[D]) << "stall should fall with D below D_knee, D = " << D;
+  EXPECT_LE(s.stall[s.knee - 1], s.total_l2 / 50) << "at D_knee the L2 stream should (almost) never wait";
+  const long best = *std::min_element(s.makespan.begin(), s.makespan.end());
+  EXPECT_GT(s.makespan[0], best * 3 / 2);
+  EXPECT_LE(s.makespan[s.knee - 1], best + best / 100);
+}
+
+TEST(MoeScheduler, LeadSweepAtTheDeepSeekTileMix) {
+  // DeepSeek-V3 per-row mix on 132 CTAs: P1 = 32, P2 = 56, T_L1 : T_L2 = 7 : 2, D_knee = 5.
+  const LeadSweep s = sweep_lead(32, 56, 132, 7, 2, 16, 8);
+  ASSERT_EQ(s.knee, 5);
+  EXPECT_LT(s.stall[s.knee - 1] * 100, s.stall[0]);
+  const long best = *std::min_element(s.makespan.begin(), s.makespan.end());
+  EXPECT_LE(s.makespan[s.knee - 1], best + best / 100);
+  EXPECT_GT(s.makespan[0], best * 2);
+}
+
+TEST(MoeScheduler, WaveSizeHeuristicFillsTheGrid) {
+  MoeProblem pr = test::small_problem(8, 256, 8, 4096);
+  pr.h_hidden = 7168;
+  pr.h_inter = 2048;
+  // 4096·8 rows over 32 local experts = 1024 rows = 8 m-blocks; min(P1 = 32, P2 = 56) = 32 -> 256 tiles >= 132.
+  EXPECT_EQ(wave_size_experts(pr, 132), 1);
+  // Few tokens: 64·8 / 32 = 16 rows -> 1 m-block · 32 tiles per expert -> 5 experts fill 132 CTAs.
+  pr.T_tokens = 64;
+  EXPECT_EQ(wave_size_experts(pr, 132), 5);
+  pr.T_tokens = 1;
+  EXPECT_EQ(wave_size_experts(pr, 100000), pr.E_local());  // clamped
+}
+
+TEST(MoeScheduler, ValidatedConstructorsRejectBadArguments) {
+  const MoeProblem pr = problem_with(4, 2, 2);
+  const std::vector<int> O{0, 1, 2, 3, 4};
+  EXPECT_THROW(make_interleaved_schedule(pr, O.data(), 1, 0), InputError);
+  EXPECT_THROW(make_expert_wave_schedule(pr, O.data(), 0, 4), InputError);
+  EXPECT_THROW(make_expert_wave_schedule(pr, O.data(), 5, 4), InputError);
+  EXPECT_THROW(make_interleaved_schedule(pr, nullptr, 1, 4), InputError);
+}
+
+TEST(MoeScheduler, AllOwnersOfRoutedProblemsForP1To8) {
+  for (int P : {1, 2, 4, 8}) {
+    MoeProblem pr = test::small_problem(P, 4 * P, 3, 200);
+    const Routing r = build_routing(pr, skewed_routing(pr, 1.2, 11 + P));
+    for (int owner = 0; owner < P; ++owner) {
+      const int* O = r.owner_first_row(owner);
+      const std::vector<int> Ov(O, O + pr.E_local() + 1);
+      const std::string what = "P=" + std::to_string(P) + " owner " + std::to_string(owner);
+      const InterleavedSchedule si = make_interleaved_schedule(pr, O, 2, 5);
+      const ExpertWaveSchedule sw = make_expert_wave_schedule(pr, O, 2, 5);
+      expect_exactly_once(si, Ov, what);
+      expect_exactly_once(sw, Ov, what);
+      SimulationConfig cfg;
+      cfg.ring_slots = required_ring_slots(si);
+      EXPECT_TRUE(simulate(si, cfg).finished) << what;
+      cfg.ring_slots = required_ring_slots(sw);
+      EXPECT_TRUE(simulate(sw, cfg).finished) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xstage::moe

@@ -12,13 +12,13 @@
 using namespace xstage::moe;
 
 int main(int argc, char** argv) try {
-  const int Gs = argc > 1 ? std::atoi(argv[1]) : 4;
+  const int Gs = argc > 1 ? std::atoi(argv[1]) : 3;
   const int D = argc > 2 ? std::atoi(argv[2]) : 2;
   const int W = argc > 3 ? std::atoi(argv[3]) : 1;
-  // One owner (P = 1) with 3 experts of 200, 0 and 300 rows; h = 256, h_inter = 128, tile 128x128:
-  // P1 = 2, P2 = 2; rows: expert 0 -> 2 m-blocks, expert 1 -> none, expert 2 -> 3 m-blocks.
+  // One owner (P = 1) with 3 experts of 200, 0 and 300 rows; h = 384, h_inter = 128, tile 128x128:
+  // P1 = 2, P2 = 3; rows: expert 0 -> 2 m-blocks, expert 1 -> none, expert 2 -> 3 m-blocks.
   MoeProblem pr;
-  pr.P_ranks = 1; pr.E_experts = 3; pr.top_k = 1; pr.h_hidden = 256; pr.h_inter = 128; pr.T_tokens = 500;
+  pr.P_ranks = 1; pr.E_experts = 3; pr.top_k = 1; pr.h_hidden = 384; pr.h_inter = 128; pr.T_tokens = 500;
   RankTopK r;
   r.tokens = 500;
   for (int t = 0; t < 500; ++t) r.ids.push_back(t < 200 ? 0 : 2), r.weights.push_back(1.0f);

@@ -41,7 +41,7 @@ done
 
 step "bad input gives a clear error and a non-zero exit"
 expect_exit 3 "needs at least 2 GPUs" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 1
-expect_exit 3 "only 2 are visible" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 3
+expect_exit 3 "are visible" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 9
 expect_exit 3 "only 1 GPU is visible" -- env CUDA_VISIBLE_DEVICES=0 "$XSTAGE_BIN_DIR/xstage" calibrate
 expect_exit 2 "is not in 1..132" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --K 500 --quick --no-plots --out "$OUT/work/bad"
 expect_exit 2 "bytes is invalid" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --B-kib 1000000 --quick --no-plots --out "$OUT/work/bad"
@@ -56,6 +56,12 @@ timed "full calibration" -- "$XSTAGE_BIN_DIR/xstage" calibrate --out "$OUT/work/
 
 step "xstage calibrate --pairing one-way (full)"
 "$XSTAGE_BIN_DIR/xstage" calibrate --pairing one-way --no-plots --out "$OUT/work/one-way" || failures=$((failures+1))
+
+gpus=$(nvidia-smi -L | grep -c '^GPU')
+if [ "$gpus" -gt 2 ]; then  # with 2 GPUs all-peers is the ring
+  step "xstage calibrate --pairing all-peers (full, $gpus GPUs)"
+  "$XSTAGE_BIN_DIR/xstage" calibrate --pairing all-peers --no-plots --out "$OUT/work/all-peers" || failures=$((failures+1))
+fi
 
 tar -C "$OUT/work" -czf "$OUT/calibration.tar.gz" . && rm -rf "$OUT/work"
 step "done: $failures failure(s)"

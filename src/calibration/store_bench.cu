@@ -19,7 +19,7 @@ constexpr std::uint64_t kGridWaitTimeoutNs = 2'000'000'000ull;
 constexpr std::uint64_t kAlignLeadNs = 3000;  // aligned bursts start this long after the last arrival
 
 struct KernelArgs {
-  std::uint8_t* dst;
+  std::uint8_t* const* region;  // [K]
   std::int64_t slot_bytes;
   int slots;
   std::int64_t B_bytes;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kStoreThreads, 1) st_global_bench_kernel(Kerne
   const int p = blockIdx.x;
   const int tid = threadIdx.x;
   const std::int64_t nvec = a.B_bytes / 16;
-  auto* region = reinterpret_cast<uint4*>(a.dst + static_cast<std::int64_t>(p) * a.slots * a.slot_bytes);
+  auto* region = reinterpret_cast<uint4*>(a.region[p]);
   if (tid == 0) s_abort = 0;
   record_clock_ref(a, 0);
   const std::uint64_t deadline_ns = global_timer_ns() + a.duration_ns;  // launch skew across CTAs: ~µs
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) tma_bulk_bench_kernel(KernelAr
   int b = 0;
   if (tid == 0) {
     const auto src = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-    std::uint8_t* region = a.dst + static_cast<std::int64_t>(p) * a.slots * a.slot_bytes;
+    std::uint8_t* region = a.region[p];
     for (; b < a.max_bursts; ++b) {
       if (a.isolated ? !aligned_start(a, b) : !periodic_continue(deadline_ns, b)) break;
       std::uint8_t* out = region + static_cast<std::int64_t>(b % a.slots) * a.slot_bytes;
@@ -204,9 +204,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1) tma_bulk_bench_kernel(KernelAr
   flush_stamps(a, s_stamps, b);
 }
 
-__global__ void count_mismatches_kernel(const uint4* region, std::int64_t slot_vecs, int slots, std::int64_t nvec,
-                                        int K, const int* bursts, int tma, std::uint32_t seed,
-                                        unsigned long long* mismatches) {
+__global__ void count_mismatches_kernel(const uint4* base, std::int64_t slot_vecs, int slots, std::int64_t nvec, int K,
+                                        const ExpectedRegion* expected, int tma, unsigned long long* mismatches) {
   unsigned long long local = 0;
   const std::int64_t total = static_cast<std::int64_t>(K) * slots * nvec;
   for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -214,12 +213,12 @@ __global__ void count_mismatches_kernel(const uint4* region, std::int64_t slot_v
     const std::int64_t i = idx % nvec;
     const int s = static_cast<int>((idx / nvec) % slots);
     const int p = static_cast<int>(idx / (nvec * slots));
-    const int n = bursts[p];
+    const int n = expected[p].bursts;
     if (s >= n) continue;  // this slot was never written
     // The last burst that wrote slot s (TMA producers store burst 0's tile every time).
     const int last_b = tma ? 0 : s + ((n - 1 - s) / slots) * slots;
-    const uint4 want = pattern_word(seed, p, last_b, i);
-    const uint4 got = region[(static_cast<std::int64_t>(p) * slots + s) * slot_vecs + i];
+    const uint4 want = pattern_word(expected[p].seed, p, last_b, i);
+    const uint4 got = base[(static_cast<std::int64_t>(p) * slots + s) * slot_vecs + i];
     local += (got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w);
   }
   if (local) atomicAdd(mismatches, local);
@@ -266,13 +265,16 @@ void validate(const StoreBenchConfig& cfg, int max_K) {
     fail("a periodic launch must run for (0, 1 s], got " + std::to_string(cfg.duration_ns) + " ns");
   if (cfg.slots < 1 || cfg.slot_bytes < cfg.B_bytes || cfg.slot_bytes % 16 != 0)
     fail("destination slots must hold a burst (slot_bytes >= B, multiple of 16)");
-  if (!cfg.dst) fail("no destination buffer");
+  if (cfg.producer_region.size() != static_cast<std::size_t>(cfg.K) ||
+      std::any_of(cfg.producer_region.begin(), cfg.producer_region.end(), [](void* r) { return r == nullptr; }))
+    fail("every one of the " + std::to_string(cfg.K) + " producers needs a destination region");
 }
 
 StoreBench::StoreBench(int max_K) : max_K_(max_K) {
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_stamps_, sizeof(std::uint64_t) * 3 * kMaxBursts * static_cast<std::size_t>(max_K)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_clock_, sizeof(std::uint64_t) * 4));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_bursts_, sizeof(int) * static_cast<std::size_t>(max_K)));
+  XSTAGE_CUDA_CHECK(cudaMalloc(&d_regions_, sizeof(std::uint8_t*) * static_cast<std::size_t>(max_K)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_sync_, sizeof(unsigned) * 8));
   XSTAGE_CUDA_CHECK(cudaMalloc(&d_error_, sizeof(unsigned)));
   XSTAGE_CUDA_CHECK(cudaEventCreate(&ev_start_));
@@ -294,6 +296,7 @@ StoreBench::~StoreBench() {
   cudaFree(d_stamps_);
   cudaFree(d_clock_);
   cudaFree(d_bursts_);
+  cudaFree(d_regions_);
   cudaFree(d_sync_);
   cudaFree(d_error_);
   cudaEventDestroy(ev_start_);
@@ -308,7 +311,9 @@ StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_
     throw InputError("B plus the stamps of " + std::to_string(cfg.max_bursts) + " bursts need " + std::to_string(smem) +
                      " bytes of shared memory; this GPU allows " + std::to_string(max_smem));
   KernelArgs a{};
-  a.dst = static_cast<std::uint8_t*>(cfg.dst);
+  XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_regions_, cfg.producer_region.data(), sizeof(void*) * cfg.producer_region.size(),
+                                    cudaMemcpyHostToDevice, stream));
+  a.region = d_regions_;
   a.slot_bytes = cfg.slot_bytes;
   a.slots = cfg.slots;
   a.B_bytes = cfg.B_bytes;
@@ -429,26 +434,49 @@ BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Des
   return out;
 }
 
-std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, const std::vector<int>& bursts,
+std::int64_t count_mismatches(const void* base, const StoreBenchConfig& cfg, const std::vector<ExpectedRegion>& expected,
                               cudaStream_t stream) {
-  if (bursts.size() != static_cast<std::size_t>(cfg.K))
-    throw Error("count_mismatches: need the burst count of each of the " + std::to_string(cfg.K) + " producers");
+  if (expected.size() != static_cast<std::size_t>(cfg.K))
+    throw Error("count_mismatches: need what to expect in each of the " + std::to_string(cfg.K) + " regions");
   unsigned long long* d_count = nullptr;
-  int* d_bursts = nullptr;
+  ExpectedRegion* d_expected = nullptr;
   XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_count), sizeof *d_count, stream));
-  XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_bursts), sizeof(int) * bursts.size(), stream));
+  XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_expected), sizeof(ExpectedRegion) * expected.size(), stream));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_count, 0, sizeof *d_count, stream));
-  XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_bursts, bursts.data(), sizeof(int) * bursts.size(), cudaMemcpyHostToDevice, stream));
-  count_mismatches_kernel<<<264, 256, 0, stream>>>(static_cast<const uint4*>(region), cfg.slot_bytes / 16, cfg.slots,
-                                                   cfg.B_bytes / 16, cfg.K, d_bursts,
-                                                   cfg.path == StorePath::tma_bulk, cfg.pattern_seed, d_count);
+  XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_expected, expected.data(), sizeof(ExpectedRegion) * expected.size(),
+                                    cudaMemcpyHostToDevice, stream));
+  count_mismatches_kernel<<<264, 256, 0, stream>>>(static_cast<const uint4*>(base), cfg.slot_bytes / 16, cfg.slots,
+                                                   cfg.B_bytes / 16, cfg.K, d_expected,
+                                                   cfg.path == StorePath::tma_bulk, d_count);
   XSTAGE_CUDA_CHECK_LAUNCH();
   unsigned long long count = 0;
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(&count, d_count, sizeof count, cudaMemcpyDeviceToHost, stream));
   XSTAGE_CUDA_CHECK(cudaFreeAsync(d_count, stream));
-  XSTAGE_CUDA_CHECK(cudaFreeAsync(d_bursts, stream));
+  XSTAGE_CUDA_CHECK(cudaFreeAsync(d_expected, stream));
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return static_cast<std::int64_t>(count);
+}
+
+void* region_of(void* base, const StoreBenchConfig& cfg, int producer) {
+  return static_cast<std::uint8_t*>(base) + static_cast<std::int64_t>(producer) * cfg.slots * cfg.slot_bytes;
+}
+
+std::vector<void*> local_regions(void* local_base, const StoreBenchConfig& cfg) {
+  std::vector<void*> out;
+  for (int p = 0; p < cfg.K; ++p) out.push_back(region_of(local_base, cfg, p));
+  return out;
+}
+
+std::vector<void*> remote_regions(const std::vector<void*>& window_by_rank, const StoreBenchConfig& cfg,
+                                  comm::Pairing pairing, int rank, int world) {
+  std::vector<void*> out;
+  for (int p = 0; p < cfg.K; ++p) {
+    const int target = comm::producer_target(pairing, rank, world, p);
+    if (target < 0 || target >= static_cast<int>(window_by_rank.size()) || !window_by_rank[target])
+      throw Error("producer " + std::to_string(p) + " of rank " + std::to_string(rank) + " has no peer window to store to");
+    out.push_back(region_of(window_by_rank[target], cfg, p));
+  }
+  return out;
 }
 
 }  // namespace xstage::calibration

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "calibration/measurement.hpp"
+#include "comm/peer_map.hpp"
 
 namespace xstage::calibration {
 
@@ -36,7 +37,9 @@ struct StoreBenchConfig {
   double duration_ns = 200e3;   // periodic: producers keep bursting until this long after the launch
   double gap_ns = 0;            // periodic: the gap after each burst
   double recovery_ns = 2000;    // isolated: idle time after a burst became visible
-  void* dst = nullptr;          // destination: producer p writes slot (b % slots) of its region
+  // Where producer p stores: its region (`slots` slots of `slot_bytes`), local or on a peer; burst b
+  // goes to slot b % slots. make_regions() lays regions out for a pairing.
+  std::vector<void*> producer_region;
   std::int64_t slot_bytes = 0;  // >= B_bytes
   int slots = 2;
   std::uint32_t pattern_seed = 1;
@@ -74,12 +77,23 @@ class StoreBench {
   std::uint64_t* d_stamps_ = nullptr;
   std::uint64_t* d_clock_ = nullptr;       // [4]: clock64 and globaltimer at start and end (CTA 0)
   int* d_bursts_ = nullptr;                // [max_K]: bursts completed per producer
+  std::uint8_t** d_regions_ = nullptr;     // [max_K]: each producer's destination region
   unsigned* d_sync_ = nullptr;             // isolated bursts: [0] arrivals, [1] release epoch, [2..3] go time
   unsigned* d_error_ = nullptr;            // non-zero: a device-side wait timed out
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
 };
 
 void validate(const StoreBenchConfig& cfg, int max_K);
+
+// Region p of a buffer at `base` (the layout every rank's window and the local control share).
+void* region_of(void* base, const StoreBenchConfig& cfg, int producer);
+
+// Producer regions for one launch: all in `local_base` (the local-memory control), or producer p in
+// region p of the window of its target rank under `pairing` (`window_by_rank[r]`: rank r's window as
+// this process addresses it; unused entries may be null).
+std::vector<void*> local_regions(void* local_base, const StoreBenchConfig& cfg);
+std::vector<void*> remote_regions(const std::vector<void*>& window_by_rank, const StoreBenchConfig& cfg,
+                                  comm::Pairing pairing, int rank, int world);
 
 // Summarises stamps into one sample (the first eighth of every producer's bursts, at least 2, are
 // warm-up and dropped):
@@ -92,10 +106,16 @@ void validate(const StoreBenchConfig& cfg, int max_K);
 //             slowest producer's issue time (p10/p90 over bursts).
 BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Destination dest, int rank);
 
-// Counts 16-byte words in a received region that differ from what the sender's launch `cfg` left
-// there: for each producer, the last burst that wrote each slot (`bursts` = the sender's per-producer
-// counts). Runs on the receiving GPU.
-std::int64_t count_mismatches(const void* region, const StoreBenchConfig& cfg, const std::vector<int>& bursts,
+// What the receiver expects in region p of its window: written by a producer with this pattern seed
+// and burst count, or by nobody (bursts = 0).
+struct ExpectedRegion {
+  std::uint32_t seed = 0;
+  int bursts = 0;
+};
+
+// Counts 16-byte words of the window at `base` that differ from what the senders left there: in each
+// region, the last burst that wrote each slot. Runs on the receiving GPU.
+std::int64_t count_mismatches(const void* base, const StoreBenchConfig& cfg, const std::vector<ExpectedRegion>& expected,
                               cudaStream_t stream);
 
 }  // namespace xstage::calibration

@@ -27,9 +27,15 @@ class SweepRunner {
   SweepRunner(comm::Runtime& rt, const SweepOptions& opt, int sm_count)
       : rt_(rt), opt_(opt), bench_(sm_count), window_(rt, static_cast<std::size_t>(sm_count) * kSlots * kSlotBytes) {
     XSTAGE_CUDA_CHECK(cudaMalloc(&local_dst_, window_.bytes()));
-    target_ = comm::store_target(opt.pairing, rt.rank(), rt.world_size());
-    source_ = comm::store_source(opt.pairing, rt.rank(), rt.world_size());
-    if (target_ >= 0) remote_dst_ = window_.peer_pointer(target_);
+    stores_ = comm::stores_remotely(opt.pairing, rt.rank(), rt.world_size());
+    receives_ = comm::receives_remotely(opt.pairing, rt.rank(), rt.world_size());
+    // The windows of every rank some producer of this rank stores to, through their LSA mappings.
+    window_by_rank_.assign(static_cast<std::size_t>(rt.world_size()), nullptr);
+    for (int p = 0; p < sm_count && stores_; ++p) {
+      const int target = comm::producer_target(opt.pairing, rt.rank(), rt.world_size(), p);
+      if (!window_by_rank_[static_cast<std::size_t>(target)])
+        window_by_rank_[static_cast<std::size_t>(target)] = window_.peer_pointer(target);
+    }
     if (opt.verify) barrier_ = std::make_unique<comm::SignalBarrier>(rt);
     rt_.barrier();
   }
@@ -38,7 +44,7 @@ class SweepRunner {
   // Sustained stores into local memory until the SM clock has settled, so timing starts warm.
   double warm_up() {
     StoreBenchConfig cfg = base_config(StorePath::st_global_16B, Mode::periodic, bench_.max_K(), 64 * 1024, 0);
-    cfg.dst = local_dst_;
+    cfg.producer_region = local_regions(local_dst_, cfg);
     cfg.max_bursts = bench_.burst_capacity(cfg.path, cfg.B_bytes);
     cfg.duration_ns = 20e6;
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(opt_.warmup_ms);
@@ -58,8 +64,11 @@ class SweepRunner {
     } else {
       cfg.max_bursts = static_cast<int>(length);
     }
-    const bool stores = dest == Destination::local || target_ >= 0;
-    cfg.dst = dest == Destination::local ? local_dst_ : remote_dst_;
+    const bool stores = dest == Destination::local || stores_;
+    if (stores)
+      cfg.producer_region = dest == Destination::local
+                                ? local_regions(local_dst_, cfg)
+                                : remote_regions(window_by_rank_, cfg, opt_.pairing, rt_.rank(), rt_.world_size());
     const bool verify = opt_.verify && dest == Destination::remote;
     std::optional<BurstSample> out;
     StoreBenchRaw raw;
@@ -98,31 +107,36 @@ class SweepRunner {
     cfg.gap_ns = G_ns;
     cfg.slot_bytes = kSlotBytes;
     cfg.slots = kSlots;
-    cfg.pattern_seed = 0x5EED0000u + static_cast<std::uint32_t>(rt_.rank());
+    cfg.pattern_seed = seed_of(rt_.rank());
     return cfg;
   }
 
-  // Device barrier (release/acquire at system scope) so the sender's stores are visible, then the
-  // receiver checks every slot its source wrote.
-  void check_received(StoreBenchConfig cfg, const std::vector<int>& my_bursts) {
+  // Device barrier (release/acquire at system scope) so the senders' stores are visible, then the
+  // receiver checks every slot of every region its sources wrote.
+  void check_received(const StoreBenchConfig& cfg, const std::vector<int>& my_bursts) {
     barrier_->sync_on_stream(rt_.stream());
     XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
     barrier_->check();
-    // The receiver needs to know how many bursts each of the sender's producers completed.
-    const auto all = rt_.all_gather_bytes(my_bursts.data(), my_bursts.size() * sizeof(int));
-    if (source_ < 0) return;
-    std::vector<int> sender_bursts(my_bursts.size());
-    std::memcpy(sender_bursts.data(), all.data() + static_cast<std::size_t>(source_) * my_bursts.size() * sizeof(int),
-                my_bursts.size() * sizeof(int));
-    cfg.pattern_seed = 0x5EED0000u + static_cast<std::uint32_t>(source_);
-    const std::int64_t bad = count_mismatches(window_.local(), cfg, sender_bursts, rt_.stream());
+    // The receiver needs to know how many bursts each sender's producer completed.
+    const std::size_t K = my_bursts.size();
+    const auto all = rt_.all_gather_bytes(my_bursts.data(), K * sizeof(int));
+    if (!receives_) return;
+    std::vector<ExpectedRegion> expected(K);
+    for (std::size_t p = 0; p < K; ++p) {
+      const int source = comm::producer_source(opt_.pairing, rt_.rank(), rt_.world_size(), static_cast<int>(p));
+      expected[p].seed = seed_of(source);
+      std::memcpy(&expected[p].bursts, all.data() + (static_cast<std::size_t>(source) * K + p) * sizeof(int), sizeof(int));
+      verified_bytes_ += std::min(expected[p].bursts, cfg.slots) * cfg.B_bytes;
+    }
+    const std::int64_t bad = count_mismatches(window_.local(), cfg, expected, rt_.stream());
     mismatched_words_ += bad;
-    for (int n : sender_bursts) verified_bytes_ += std::min(n, cfg.slots) * cfg.B_bytes;
     if (bad)
-      throw Error("rank " + std::to_string(rt_.rank()) + ": " + std::to_string(bad) + " 16-byte words from rank " +
-                  std::to_string(source_) + " arrived wrong (" + model::to_string(cfg.path) + ", K=" +
+      throw Error("rank " + std::to_string(rt_.rank()) + ": " + std::to_string(bad) +
+                  " 16-byte words arrived wrong from its peers (" + model::to_string(cfg.path) + ", K=" +
                   std::to_string(cfg.K) + ", B=" + std::to_string(cfg.B_bytes) + ")");
   }
+
+  static std::uint32_t seed_of(int rank) { return 0x5EED0000u + static_cast<std::uint32_t>(rank); }
 
   comm::Runtime& rt_;
   const SweepOptions& opt_;
@@ -130,8 +144,8 @@ class SweepRunner {
   comm::SymmetricBuffer window_;
   std::unique_ptr<comm::SignalBarrier> barrier_;
   void* local_dst_ = nullptr;
-  void* remote_dst_ = nullptr;
-  int target_ = -1, source_ = -1;
+  std::vector<void*> window_by_rank_;
+  bool stores_ = false, receives_ = false;
   double clock_mhz_ = 1500.0;  // replaced by the first measurement
   std::int64_t verified_bytes_ = 0, mismatched_words_ = 0;
 };

@@ -70,7 +70,9 @@ void run_rank(const comm::RankEnv& env, const CalibrateArgs& args) {
   calibration::SweepOptions opt;
   opt.quick = args.quick;
   opt.verify = args.verify;
-  opt.pairing = args.pairing == "one-way" ? comm::Pairing::one_way : comm::Pairing::ring;
+  opt.pairing = args.pairing == "one-way"     ? comm::Pairing::one_way
+                : args.pairing == "all-peers" ? comm::Pairing::all_peers
+                                              : comm::Pairing::ring;
   opt.paths.clear();
   std::stringstream paths(args.paths);
   for (std::string name; std::getline(paths, name, ',');) opt.paths.push_back(model::store_path_from_string(name));
@@ -157,8 +159,10 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--gpus", args->gpus, "local GPUs to use (default: all visible; at least 2)");
   cmd->add_flag("--quick", args->quick, "a fast check on trimmed grids (about 15 s)");
   cmd->add_flag("--verify", args->verify, "check that every remote burst's bytes arrive intact at the peer");
-  cmd->add_option("--pairing", args->pairing, "ring: every rank stores to the next one at once; one-way: rank 0 to rank 1 only")
-      ->check(CLI::IsMember({"ring", "one-way"}));
+  cmd->add_option("--pairing", args->pairing,
+                  "ring: every rank stores to the next one at once; one-way: rank 0 to rank 1 only;\n"
+                  "all-peers: every rank stores to all others at once, producers spread over the peers")
+      ->check(CLI::IsMember({"ring", "one-way", "all-peers"}));
   cmd->add_option("--paths", args->paths, "store paths to calibrate: st_global_16B,tma_bulk");
   cmd->add_option("--K", args->K_fit, "producer counts for the fits, e.g. 16,33,66,132 (default: from the SM count)");
   cmd->add_option("--heldout-K", args->K_heldout, "producer counts kept out of the fits and only predicted");

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <set>
@@ -19,34 +20,63 @@
 namespace xstage::comm {
 namespace {
 
+// For every region p of every rank's buffer exactly one producer writes it, and source/target agree.
+void expect_one_writer_per_region(Pairing pairing, int world, int producers) {
+  for (int r = 0; r < world; ++r) {
+    for (int p = 0; p < producers; ++p) {
+      const int t = producer_target(pairing, r, world, p);
+      if (t < 0) continue;
+      EXPECT_NE(t, r) << "no self stores";
+      EXPECT_LT(t, world);
+      EXPECT_EQ(producer_source(pairing, t, world, p), r) << "world " << world << ", producer " << p;
+    }
+    for (int p = 0; p < producers; ++p) {
+      const int s = producer_source(pairing, r, world, p);
+      if (s >= 0) EXPECT_EQ(producer_target(pairing, s, world, p), r);
+    }
+  }
+}
+
 TEST(PeerMap, RingIsAPermutationWithoutSelfStoresForAnyWorld) {
   for (int world = 2; world <= 72; ++world) {
+    expect_one_writer_per_region(Pairing::ring, world, 132);
     std::set<int> targets;
-    for (int r = 0; r < world; ++r) {
-      const int t = store_target(Pairing::ring, r, world);
-      EXPECT_NE(t, r);
-      EXPECT_GE(t, 0);
-      EXPECT_LT(t, world);
-      EXPECT_EQ(store_source(Pairing::ring, t, world), r) << "source and target must agree, world " << world;
-      targets.insert(t);
-    }
+    for (int r = 0; r < world; ++r) targets.insert(producer_target(Pairing::ring, r, world, 0));
     EXPECT_EQ(static_cast<int>(targets.size()), world) << "every rank receives from exactly one rank";
   }
+}
+
+TEST(PeerMap, AllPeersSpreadsEveryRanksProducersOverAllOtherRanks) {
+  for (int world = 2; world <= 72; ++world) {
+    expect_one_writer_per_region(Pairing::all_peers, world, 132);
+    for (int r = 0; r < world; ++r) {
+      std::vector<int> per_peer(static_cast<std::size_t>(world), 0);
+      for (int p = 0; p < 132; ++p) ++per_peer[static_cast<std::size_t>(producer_target(Pairing::all_peers, r, world, p))];
+      EXPECT_EQ(per_peer[static_cast<std::size_t>(r)], 0);
+      const auto [lo, hi] = std::minmax_element(per_peer.begin(), per_peer.end());
+      (void)lo;
+      for (int q = 0; q < world; ++q)
+        if (q != r) EXPECT_LE(*hi - per_peer[static_cast<std::size_t>(q)], 1) << "balanced over peers, world " << world;
+    }
+  }
+  for (int p = 0; p < 132; ++p)
+    EXPECT_EQ(producer_target(Pairing::all_peers, 0, 2, p), producer_target(Pairing::ring, 0, 2, p)) << "N = 2: ring";
 }
 
 TEST(PeerMap, OneWayHasOneSenderAndOneReceiver) {
   for (int world : {2, 4, 8}) {
     int senders = 0, receivers = 0;
     for (int r = 0; r < world; ++r) {
-      senders += store_target(Pairing::one_way, r, world) >= 0;
-      receivers += store_source(Pairing::one_way, r, world) >= 0;
+      senders += stores_remotely(Pairing::one_way, r, world);
+      receivers += receives_remotely(Pairing::one_way, r, world);
     }
     EXPECT_EQ(senders, 1);
     EXPECT_EQ(receivers, 1);
-    EXPECT_EQ(store_target(Pairing::one_way, 0, world), 1);
-    EXPECT_EQ(store_source(Pairing::one_way, 1, world), 0);
+    expect_one_writer_per_region(Pairing::one_way, world, 132);
+    EXPECT_EQ(producer_target(Pairing::one_way, 0, world, 5), 1);
+    EXPECT_EQ(producer_source(Pairing::one_way, 1, world, 5), 0);
   }
-  EXPECT_EQ(store_target(Pairing::ring, 0, 1), -1) << "a single rank has no peer";
+  EXPECT_FALSE(stores_remotely(Pairing::ring, 0, 1)) << "a single rank has no peer";
 }
 
 struct ScopedEnv {

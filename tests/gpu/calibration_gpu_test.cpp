@@ -1,7 +1,8 @@
 // GPU tests of the runtime and the remote-store microbenchmarks. Needs 2 GPUs joined by NVLink; run by
 // scripts/gpu/calibrate.sh on the GPU machine, never by ctest (CI has no GPU).
 //
-// Started without RANK in the environment, the program starts 2 local ranks of itself; each rank runs
+// Started without RANK in the environment, the program starts one local rank of itself per visible GPU
+// (at least 2); each rank runs
 // the same tests in the same order, so the collectives inside them pair up. Tests use EXPECT_* (not
 // ASSERT_*) before collectives, so a failing check on one rank cannot strand its peer in a barrier.
 #include <gtest/gtest.h>
@@ -58,27 +59,33 @@ struct Fixture : ::testing::Test {
     return c;
   }
 
-  // Every rank stores to its ring target; returns the mismatches its source left in its window.
+  // Every rank stores to all its peers (producers round-robin; for 2 ranks the same as the ring);
+// returns the mismatches its sources left in its window.
   std::int64_t store_to_peer_and_check(model::StorePath path, calibration::Mode mode, int K, std::int64_t B,
                                        std::uint32_t check_seed_offset = 0) {
     XSTAGE_CUDA_CHECK(cudaMemsetAsync(window->local(), 0xFF, window->bytes(), rt.stream()));  // poison
     rt.barrier();
-    const int target = comm::store_target(comm::Pairing::ring, rt.rank(), rt.world_size());
-    const int source = comm::store_source(comm::Pairing::ring, rt.rank(), rt.world_size());
+    const int world = rt.world_size();
     auto cfg = config(path, mode, K, B, 100u + static_cast<std::uint32_t>(rt.rank()));
-    cfg.dst = window->peer_pointer(target);
+    std::vector<void*> windows(static_cast<std::size_t>(world), nullptr);
+    for (int r = 0; r < world; ++r)
+      if (r != rt.rank()) windows[static_cast<std::size_t>(r)] = window->peer_pointer(r);
+    cfg.producer_region = calibration::remote_regions(windows, cfg, comm::Pairing::all_peers, rt.rank(), world);
     calibration::StoreBench bench(sm_count);
     const auto raw = bench.run(cfg, 1500.0, rt.stream());
     barrier->sync_on_stream(rt.stream());
     XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt.stream()));
     barrier->check();
-    // The receiver checks against the sender's per-producer burst counts.
+    // The receiver checks each region against the seed and burst count of the producer that wrote it.
     const auto all = rt.all_gather_bytes(raw.bursts.data(), raw.bursts.size() * sizeof(int));
-    std::vector<int> sender(raw.bursts.size());
-    std::memcpy(sender.data(), all.data() + source * sender.size() * sizeof(int), sender.size() * sizeof(int));
-    for (int n : sender) EXPECT_GE(n, mode == calibration::Mode::isolated ? cfg.max_bursts : 2);
-    cfg.pattern_seed = 100u + static_cast<std::uint32_t>(source) + check_seed_offset;
-    return calibration::count_mismatches(window->local(), cfg, sender, rt.stream());
+    std::vector<calibration::ExpectedRegion> expected(static_cast<std::size_t>(K));
+    for (int p = 0; p < K; ++p) {
+      const int source = comm::producer_source(comm::Pairing::all_peers, rt.rank(), world, p);
+      expected[p].seed = 100u + static_cast<std::uint32_t>(source) + check_seed_offset;
+      std::memcpy(&expected[p].bursts, all.data() + (static_cast<std::size_t>(source) * K + p) * sizeof(int), sizeof(int));
+      EXPECT_GE(expected[p].bursts, mode == calibration::Mode::isolated ? cfg.max_bursts : 2);
+    }
+    return calibration::count_mismatches(window->local(), cfg, expected, rt.stream());
   }
 };
 
@@ -108,7 +115,7 @@ TEST_F(Fixture, StampsAreSane) {
     cfg.max_bursts = 1024;
     cfg.duration_ns = 300'000;  // 300 µs of 3 µs gaps: about 90 bursts per producer
     cfg.gap_ns = 3000;
-    cfg.dst = local;
+    cfg.producer_region = calibration::local_regions(local, cfg);
     rt.barrier();
     const double mhz = bench.run(cfg, 1500.0, rt.stream()).sm_clock_mhz;  // first launch measures the clock
     const auto raw = bench.run(cfg, mhz, rt.stream());
@@ -141,9 +148,11 @@ TEST_F(Fixture, StampsAreSane) {
 TEST_F(Fixture, InvalidBenchmarkConfigsAreRejected) {
   calibration::StoreBench bench(sm_count);
   auto cfg = config(model::StorePath::st_global_16B, calibration::Mode::periodic, sm_count + 1, 16384, 1);
-  cfg.dst = local;
+  cfg.producer_region = calibration::local_regions(local, cfg);
   EXPECT_THROW(bench.run(cfg, 1500.0, rt.stream()), InputError);
   cfg.K = 4;
+  EXPECT_THROW(bench.run(cfg, 1500.0, rt.stream()), InputError) << "regions for 133 producers, K = 4";
+  cfg.producer_region.resize(4);
   cfg.B_bytes = 1000;  // not a multiple of 16 * 256
   EXPECT_THROW(bench.run(cfg, 1500.0, rt.stream()), InputError);
   cfg.B_bytes = 4096;
@@ -166,9 +175,11 @@ TEST_F(Fixture, DeviceBarrierReportsAMissingPeerInsteadOfHanging) {
 int main(int argc, char** argv) {
   try {
     const auto env = xstage::comm::rank_env_from_environment();
-    if (!env) {
-      xstage::comm::require_peer_access(2);
-      return xstage::comm::run_local_ranks(2);
+    if (!env) {  // every visible GPU, one rank each (at least 2)
+      const int gpus = xstage::comm::visible_gpu_count();
+      if (gpus < 2) throw xstage::PlatformError("the GPU tests need 2 GPUs joined by NVLink; 1 is visible");
+      xstage::comm::require_peer_access(gpus);
+      return xstage::comm::run_local_ranks(gpus);
     }
     ::testing::InitGoogleTest(&argc, argv);
     xstage::comm::Runtime rt(*env);

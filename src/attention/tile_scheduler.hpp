@@ -7,11 +7,7 @@
 // independently, and a CPU test walks it too (tests/attention/tile_scheduler_test.cpp).
 #pragma once
 
-#if defined(__CUDACC__)
-#define XSTAGE_HD __host__ __device__
-#else
-#define XSTAGE_HD
-#endif
+#include "common/host_device.hpp"
 
 namespace xstage::attention {
 

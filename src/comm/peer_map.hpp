@@ -3,11 +3,7 @@
 
 namespace xstage::comm {
 
-#if defined(__CUDACC__)
-#define XSTAGE_HD __host__ __device__
-#else
-#define XSTAGE_HD
-#endif
+#include "common/host_device.hpp"
 
 enum class Pairing {
   ring,       // every rank r stores to (r + 1) mod N, all at once: every NVLink direction loaded

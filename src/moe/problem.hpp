@@ -13,11 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#if defined(__CUDACC__)
-#define XSTAGE_HD __host__ __device__
-#else
-#define XSTAGE_HD
-#endif
+#include "common/host_device.hpp"
 
 namespace xstage::moe {
 

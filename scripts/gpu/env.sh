@@ -8,3 +8,9 @@ fi
 # Prebuilt binaries (carried from a build machine) or the local build.
 XSTAGE_BIN_DIR=${XSTAGE_BIN_DIR:-$( [ -x .carry/bin/xstage ] && echo .carry/bin || echo build )}
 XSTAGE_TEST_DIR=${XSTAGE_TEST_DIR:-$( [ -x .carry/bin/xstage_gpu_tests ] && echo .carry/bin || echo build/tests )}
+# cuBLAS (the MoE baseline links libcublas.so.13): the pip wheel next to torch, else the toolkit's.
+if CUBLAS_PIP_LIB=$(python3 -c "import glob, os, site; c = [os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(os.path.join(d, 'nvidia', '**', 'libcublas.so.13'), recursive=True)]; print(c[0]) if c else exit(1)" 2>/dev/null); then
+  export LD_LIBRARY_PATH="$CUBLAS_PIP_LIB:$LD_LIBRARY_PATH"
+elif [ -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
+fi

@@ -13,11 +13,13 @@ int main(int argc, char** argv) {
       "xstage — X-Stage calibration and Burst–Gap planning for GPU-initiated remote stores.\n"
       "  calibrate  measure T_iss0, R and Q of one-sided NVLink stores on this machine\n"
       "  plan       predict back-pressure for a burst pattern or a fused kernel\n"
-      "  attention  Hopper FlashAttention forward: correctness check and benchmark"};
+      "  attention  Hopper FlashAttention forward: correctness check and benchmark\n"
+      "  moe        expert-parallel MoE layer (unfused NCCL + cuBLAS baseline): check and benchmark"};
   app.require_subcommand(1);
   xstage::cli::add_calibrate_command(app);
   xstage::cli::add_plan_command(app);
   xstage::cli::add_attention_command(app);
+  xstage::cli::add_moe_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,425 @@
+// `xstage moe check` and `xstage moe bench`: correctness and speed of the MoE layer on GPUs (src/moe/).
+// Today's implementation is the unfused NCCL + cuBLAS baseline (moe/unfused.hpp); the fused MegaMoE kernel
+// plugs into the same MoeLayerImpl and therefore into both commands.
+//
+// Like calibrate: without RANK/WORLD_SIZE it starts --gpus local ranks of itself; under torchrun/Slurm it
+// runs as the rank it is given. Rank 0 prints and writes.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/bench_timing.hpp"
+#include "cli/commands.hpp"
+#include "cli/shipped_files.hpp"
+#include "comm/device_info.hpp"
+#include "comm/launcher.hpp"
+#include "comm/runtime.hpp"
+#include "common/cuda_check.hpp"
+#include "common/error.hpp"
+#include "common/run_info.hpp"
+#include "moe/layer.hpp"
+#include "moe/reference.hpp"
+#include "moe/unfused.hpp"
+
+namespace xstage::cli {
+namespace {
+
+constexpr double kMaxRelativeL2 = 1e-2;  // ||out - ref|| / ||ref||, bf16 output
+
+struct MoeArgs {
+  int gpus = 0;
+  std::string seed;  // empty: fresh random
+  std::string gemm;  // empty: both for check, loop for bench
+  std::string cases;   // check: comma-separated substrings of case names
+  std::string config;  // bench
+  std::string filter;  // bench: comma-separated substrings of config names
+  std::string out;
+  int trials = 20;
+  double warmup_ms = 1500;
+};
+
+bool matches(const std::string& name, const std::string& filter) {
+  if (filter.empty()) return true;
+  std::stringstream ss(filter);
+  for (std::string part; std::getline(ss, part, ',');)
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+std::vector<moe::GemmPath> gemm_paths(const std::string& s) {
+  if (s == "loop") return {moe::GemmPath::per_expert_loop};
+  if (s == "grouped") return {moe::GemmPath::grouped};
+  return {moe::GemmPath::per_expert_loop, moe::GemmPath::grouped};
+}
+
+// The same seed on every rank: rank 0's choice (given or fresh), all-gathered.
+std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
+  std::uint64_t seed = 0;
+  if (!given.empty()) seed = std::stoull(given);
+  else seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const auto all = rt.all_gather_bytes(&seed, sizeof(seed));
+  std::memcpy(&seed, all.data(), sizeof(seed));
+  return seed;
+}
+
+moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T) {
+  moe::MoeProblem pr;
+  pr.P_ranks = P;
+  pr.E_experts = E;
+  pr.top_k = k;
+  pr.h_hidden = h;
+  pr.h_inter = I;
+  pr.T_tokens = T;
+  moe::validate(pr);
+  return pr;
+}
+
+moe::LayerData make_data(const moe::MoeProblem& pr, std::uint64_t seed, double zipf_s) {
+  moe::LayerData d;
+  d.seed = seed;
+  d.topk = zipf_s < 0 ? moe::balanced_routing(pr, seed) : moe::skewed_routing(pr, zipf_s, seed);
+  return d;
+}
+
+std::vector<std::uint16_t> copy_out(const moe::LayerOutput& out, std::int64_t elems, cudaStream_t stream) {
+  std::vector<std::uint16_t> host(elems);
+  XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (elems > 0) XSTAGE_CUDA_CHECK(cudaMemcpy(host.data(), out.out_bf16.get(), elems * 2, cudaMemcpyDeviceToHost));
+  return host;
+}
+
+float bf16_to_float(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- check ----------------------------------------------------------------------------------------
+
+struct CheckCase {
+  const char* name;
+  int E, k, h, I, T;
+  double zipf_s;  // < 0: balanced
+};
+
+// Small shapes (the CPU reference is float64), tokens per rank never a multiple of 128, top-k 1..8,
+// balanced and skewed routing, experts with no tokens, a hot expert, one token per rank.
+const std::vector<CheckCase> kCheckCases = {
+    {"k1-skewed", 8, 1, 256, 128, 77, 1.5},   {"k2-balanced", 8, 2, 256, 128, 200, -1},
+    {"k3-one-token", 16, 3, 256, 128, 1, 1.0}, {"k4-skewed-i192", 16, 4, 384, 192, 130, 1.2},
+    {"k5-empty-experts", 64, 5, 256, 64, 3, -1}, {"k6-balanced", 24, 6, 256, 256, 257, -1},
+    {"k7-skewed", 8, 7, 256, 64, 129, 1.2},   {"k8-skewed-e64", 64, 8, 256, 128, 333, 1.0},
+    {"k2-hot-expert", 16, 2, 256, 128, 255, 4.0},
+};
+
+struct CheckRankResult {
+  double rel_l2 = 0, ref_norm = 0;
+  std::int64_t nan = 0;
+  std::int32_t bitwise_identical = 1, empty_local_experts = 0;
+  std::int64_t rows_received = 0;
+};
+
+int run_check(comm::Runtime& rt, const MoeArgs& args) {
+  const bool lead = rt.rank() == 0;
+  const std::uint64_t seed = agree_on_seed(rt, args.seed);
+  const cudaStream_t stream = rt.stream();
+  if (lead)
+    std::printf("xstage moe check: %d ranks, seed %llu (rerun with --seed %llu)\n", rt.world_size(),
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  int failures = 0, ran = 0;
+  nlohmann::json results = nlohmann::json::array();
+  for (std::size_t ci = 0; ci < kCheckCases.size(); ++ci) {
+    const CheckCase& c = kCheckCases[ci];
+    if (!matches(c.name, args.cases)) continue;
+    const int P = rt.world_size();
+    if (c.E % P != 0) {
+      if (lead) std::printf("  %-20s skipped: E = %d is not divisible by %d ranks\n", c.name, c.E, P);
+      continue;
+    }
+    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T);
+    const moe::LayerData data = make_data(pr, seed + 1000003ull * ci, c.zipf_s);
+    const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
+    const moe::MoeReferenceOutput ref =
+        moe::reference_moe_layer(pr, moe::make_reference_inputs(pr, data), moe::StorageRounding::bf16);
+    const std::vector<float>& want = ref.out[rt.rank()];
+    const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
+    for (moe::GemmPath path : gemm_paths(args.gemm)) {
+      moe::UnfusedMoeLayer layer(pr, rt.rank(), rt.comm(), path);
+      moe::LayerOutput out = moe::make_layer_output(pr);
+      CheckRankResult r;
+      std::vector<std::uint16_t> first;
+      for (int run = 0; run < 3; ++run) {
+        moe::poison_output(out, stream);
+        rt.barrier();
+        layer.forward(in, out, stream);
+        auto got = copy_out(out, elems, stream);
+        if (run == 0) {
+          double err2 = 0, ref2 = 0;
+          for (std::int64_t i = 0; i < elems; ++i) {
+            const double g = bf16_to_float(got[i]), w = want[i];
+            if (!std::isfinite(g)) ++r.nan;
+            err2 += (g - w) * (g - w);
+            ref2 += w * w;
+          }
+          r.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+          r.ref_norm = std::sqrt(ref2);
+          first = std::move(got);
+        } else if (got != first) {
+          r.bitwise_identical = 0;
+        }
+      }
+      for (auto rows : layer.last_plan().expert_rows) r.empty_local_experts += rows == 0;
+      r.rows_received = layer.last_plan().rows_received();
+      const auto bytes = rt.all_gather_bytes(&r, sizeof(r));
+      std::vector<CheckRankResult> all(P);
+      std::memcpy(all.data(), bytes.data(), sizeof(CheckRankResult) * P);
+      double worst = 0;
+      std::int64_t nans = 0, rows_min = INT64_MAX, rows_max = 0;
+      int empty = 0;
+      bool identical = true;
+      for (const auto& a : all) {
+        worst = std::max(worst, std::isfinite(a.rel_l2) ? a.rel_l2 : INFINITY);
+        nans += a.nan;
+        empty += a.empty_local_experts;
+        identical = identical && a.bitwise_identical;
+        rows_min = std::min(rows_min, a.rows_received);
+        rows_max = std::max(rows_max, a.rows_received);
+      }
+      const bool ok = worst <= kMaxRelativeL2 && nans == 0 && identical;
+      failures += !ok;
+      ++ran;
+      if (lead) {
+        std::printf("  %-20s %-34s E=%-3d k=%d h=%-4d I=%-4d T=%-4d %-13s rel L2 %.2e  NaN %lld  runs %s  "
+                    "empty experts %d/%d  rows/rank %lld..%lld  %s\n",
+                    c.name, layer.name().c_str(), c.E, c.k, c.h, c.I, c.T,
+                    c.zipf_s < 0 ? "balanced" : ("zipf " + std::to_string(c.zipf_s).substr(0, 3)).c_str(), worst,
+                    static_cast<long long>(nans), identical ? "identical" : "DIFFER", empty, c.E,
+                    static_cast<long long>(rows_min), static_cast<long long>(rows_max), ok ? "ok" : "FAIL");
+        results.push_back({{"case", c.name}, {"impl", layer.name()}, {"E", c.E}, {"k", c.k}, {"h", c.h}, {"h_inter", c.I},
+                           {"tokens_per_rank", c.T}, {"zipf_s", c.zipf_s}, {"rel_l2_max", worst}, {"nan", nans},
+                           {"bitwise_identical_3_runs", identical}, {"empty_experts", empty}, {"pass", ok}});
+      }
+    }
+  }
+  if (lead) {
+    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e, no NaN, bitwise identical runs)\n",
+                ran, failures, kMaxRelativeL2);
+    if (!args.out.empty())
+      write_json_file(args.out, {{"command", command_line()}, {"date", utc_timestamp()}, {"seed", seed},
+                                 {"world_size", rt.world_size()}, {"device", comm::describe_device(rt.device())},
+                                 {"results", results}, {"failures", failures}});
+  }
+  if (ran == 0) throw InputError("moe check: no case matches --cases '" + args.cases + "'");
+  return failures;
+}
+
+// ---- bench ----------------------------------------------------------------------------------------
+
+struct BenchConfig {
+  std::string name;
+  int h, I, E, k, T;
+  double zipf_s;  // < 0: balanced
+};
+
+std::vector<BenchConfig> read_grid(const std::string& path) {
+  const nlohmann::json doc = read_json_file(path);
+  std::vector<BenchConfig> out;
+  try {
+    const double zipf = doc.value("skewed_zipf_s", 1.2);
+    auto add = [&](const nlohmann::json& s, int T, const std::string& routing, const std::string& prefix) {
+      require_input(routing == "balanced" || routing == "skewed",
+                    path + ": routing must be \"balanced\" or \"skewed\", got \"" + routing + "\"");
+      BenchConfig c{"", s.at("h").get<int>(), s.at("h_inter").get<int>(), s.at("E").get<int>(), s.at("k").get<int>(), T,
+                    routing == "balanced" ? -1.0 : zipf};
+      c.name = prefix + "h" + std::to_string(c.h) + "-i" + std::to_string(c.I) + "-e" + std::to_string(c.E) + "-k" +
+               std::to_string(c.k) + "/t" + std::to_string(T) + "/" + routing;
+      out.push_back(c);
+    };
+    for (const auto& s : doc.at("shapes"))
+      for (int T : doc.at("tokens_per_rank"))
+        for (const std::string routing : doc.at("routings")) add(s, T, routing, "");
+    if (doc.contains("extra"))
+      for (const auto& s : doc.at("extra"))
+        for (const std::string routing : s.at("routings")) add(s, s.at("tokens_per_rank").get<int>(), routing, s.value("name", "") + ":");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": " + e.what() + " (expected {shapes: [{h, h_inter, E, k}], tokens_per_rank: [..], routings: [..]})");
+  }
+  return out;
+}
+
+int run_bench(comm::Runtime& rt, const MoeArgs& args) {
+  const bool lead = rt.rank() == 0;
+  const int P = rt.world_size();
+  const cudaStream_t stream = rt.stream();
+  const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
+  std::vector<BenchConfig> grid;
+  for (const auto& c : read_grid(config))
+    if (matches(c.name, args.filter)) grid.push_back(c);
+  require_input(!grid.empty(), "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "'");
+  require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
+  const std::uint64_t seed = agree_on_seed(rt, args.seed);
+  int cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
+  cublasGetProperty(MAJOR_VERSION, &cublas_major);
+  cublasGetProperty(MINOR_VERSION, &cublas_minor);
+  cublasGetProperty(PATCH_LEVEL, &cublas_patch);
+  nlohmann::json doc = {{"command", command_line()}, {"date", utc_timestamp()}, {"world_size", P}, {"seed", seed},
+                        {"config_file", config}, {"device", comm::describe_device(rt.device())},
+                        {"cublas", std::to_string(cublas_major) + "." + std::to_string(cublas_minor) + "." +
+                                       std::to_string(cublas_patch)},
+                        {"protocol", "untimed first run; " + std::to_string(args.trials) +
+                                         " trials of {barrier, event-timed forward}; per trial the max over ranks; "
+                                         "median of the maxima"}};
+  if (lead) {
+    std::printf("xstage moe bench: %d ranks, %zu configuration(s), seed %llu\n", P, grid.size(),
+                static_cast<unsigned long long>(seed));
+    std::printf("%-44s %-30s %10s %10s %9s %9s %13s\n", "config", "impl", "median ms", "min ms", "TFLOP/s", "NVLink GB/s",
+                "rows/rank");
+  }
+  cudaEvent_t start, stop;
+  XSTAGE_CUDA_CHECK(cudaEventCreate(&start));
+  XSTAGE_CUDA_CHECK(cudaEventCreate(&stop));
+  bool warmed = false;
+  for (std::size_t ci = 0; ci < grid.size(); ++ci) {
+    const BenchConfig& c = grid[ci];
+    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T);
+    const moe::LayerData data = make_data(pr, seed + 7919ull * (ci + 1), c.zipf_s);  // fresh inputs per config
+    const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
+    for (moe::GemmPath path : gemm_paths(args.gemm)) {
+      moe::UnfusedMoeLayer layer(pr, rt.rank(), rt.comm(), path);
+      moe::LayerOutput out = moe::make_layer_output(pr);
+      auto launch = [&] { layer.forward(in, out, stream); };
+      launch();  // untimed first run
+      XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      double clock_mhz = 0;
+      if (!warmed) {
+        rt.barrier();
+        attention::warm_up(launch, args.warmup_ms, stream);
+        warmed = true;
+      }
+      std::vector<double> ms(args.trials);
+      for (int t = 0; t < args.trials; ++t) {
+        rt.barrier();
+        XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
+        launch();
+        XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float f = 0;
+        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&f, start, stop));
+        ms[t] = f;
+      }
+      clock_mhz = attention::measure_sm_clock_mhz();
+      struct RankStats {
+        double clock_mhz;
+        std::int64_t peer_bytes, rows_received;
+      } mine{clock_mhz, layer.last_peer_bytes(), layer.last_plan().rows_received()};
+      const auto all_ms = rt.all_gather_bytes(ms.data(), ms.size() * sizeof(double));
+      const auto all_stats = rt.all_gather_bytes(&mine, sizeof(mine));
+      if (!lead) continue;
+      std::vector<double> max_ms(args.trials, 0.0);
+      std::vector<std::vector<double>> per_rank(P, std::vector<double>(args.trials));
+      for (int r = 0; r < P; ++r) {
+        std::memcpy(per_rank[r].data(), all_ms.data() + r * ms.size() * sizeof(double), ms.size() * sizeof(double));
+        for (int t = 0; t < args.trials; ++t) max_ms[t] = std::max(max_ms[t], per_rank[r][t]);
+      }
+      std::vector<RankStats> stats(P);
+      std::memcpy(stats.data(), all_stats.data(), sizeof(RankStats) * P);
+      const double med = attention::median(max_ms);
+      const double flop = 6.0 * c.h * c.I * static_cast<double>(c.T) * c.k;  // per rank: 2·3·H·I·T·k
+      double peer_bytes = 0;
+      std::int64_t rows_min = INT64_MAX, rows_max = 0;
+      std::vector<double> clocks;
+      for (const auto& s : stats) {
+        peer_bytes += static_cast<double>(s.peer_bytes) / P;
+        rows_min = std::min(rows_min, s.rows_received);
+        rows_max = std::max(rows_max, s.rows_received);
+        clocks.push_back(s.clock_mhz);
+      }
+      const double tflops = flop / (med * 1e-3) / 1e12, gbps = peer_bytes / (med * 1e-3) / 1e9;
+      std::printf("%-44s %-30s %10.3f %10.3f %9.1f %9.1f %6lld..%lld\n", c.name.c_str(), layer.name().c_str(), med,
+                  *std::min_element(max_ms.begin(), max_ms.end()), tflops, gbps, static_cast<long long>(rows_min),
+                  static_cast<long long>(rows_max));
+      std::fflush(stdout);
+      doc["results"].push_back({{"config", c.name}, {"impl", layer.name()}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
+                                {"k", c.k}, {"tokens_per_rank", c.T}, {"dtype", "bf16"},
+                                {"routing", c.zipf_s < 0 ? "balanced" : "skewed"}, {"zipf_s", c.zipf_s},
+                                {"median_ms", med}, {"trial_max_over_ranks_ms", max_ms}, {"per_rank_ms", per_rank},
+                                {"tflops_per_rank", tflops}, {"flop_per_rank", flop},
+                                {"peer_bytes_per_rank_mean", peer_bytes}, {"nvlink_gbps_per_rank", gbps},
+                                {"rows_received_min", rows_min}, {"rows_received_max", rows_max},
+                                {"sm_clock_mhz_after", clocks}});
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (lead && !args.out.empty()) {
+    write_json_file(args.out, doc);
+    std::printf("wrote %s\n", args.out.c_str());
+  }
+  return 0;
+}
+
+void spawn_or_run(const MoeArgs& args, bool check) {
+  if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
+  if (const auto env = comm::rank_env_from_environment()) {
+    comm::Runtime rt(*env);
+    const int failures = check ? run_check(rt, args) : run_bench(rt, args);
+    if (failures > 0) throw ExitStatus(1);
+    return;
+  }
+  const int visible = comm::visible_gpu_count();
+  const int gpus = args.gpus ? args.gpus : visible;
+  if (gpus > visible)
+    throw PlatformError("--gpus " + std::to_string(gpus) + " but only " + std::to_string(visible) + " GPU(s) are visible");
+  if (gpus > 1) comm::require_peer_access(gpus);
+  const int rc = comm::run_local_ranks(gpus);
+  if (rc != 0) throw ExitStatus(rc);
+}
+
+}  // namespace
+
+void add_moe_command(CLI::App& app) {
+  CLI::App* moe = app.add_subcommand("moe", "Expert-parallel MoE layer on GPUs: correctness check and benchmark.\n"
+                                            "Starts one process per GPU itself, or runs under torchrun/Slurm.");
+  moe->require_subcommand(1);
+  auto args = std::make_shared<MoeArgs>();
+  auto common = [&](CLI::App* cmd) {
+    cmd->add_option("--gpus", args->gpus, "local GPUs (ranks) to use (default: all visible)");
+    cmd->add_option("--seed", args->seed, "input seed (default: fresh, printed)");
+    cmd->add_option("--gemm", args->gemm, "expert GEMMs of the unfused layer: loop (cublasGemmEx per expert), grouped "
+                                          "(cublasGemmGroupedBatchedEx), both (default: both for check, loop for bench)")
+        ->check(CLI::IsMember({"loop", "grouped", "both"}));
+    cmd->add_option("--out", args->out, "write the results as JSON here");
+  };
+  CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"
+                                                 "(rel L2 <= 1e-2, no NaN, bitwise identical over 3 runs); exit 1 on failure.");
+  common(check);
+  check->add_option("--cases", args->cases, "only cases whose name contains one of these comma-separated strings");
+  check->callback([args] {
+    if (args->gemm.empty()) args->gemm = "both";
+    spawn_or_run(*args, true);
+  });
+  CLI::App* bench = moe->add_subcommand("bench", "Time the layer over a grid (BRIEF §5: untimed first run, barrier-aligned\n"
+                                                 "trials, max over ranks, median), TFLOP/s and NVLink GB/s per rank.");
+  common(bench);
+  bench->add_option("--config", args->config, "grid file (default: the shipped configs/moe_grid.json)");
+  bench->add_option("--filter", args->filter, "only configurations whose name contains one of these comma-separated strings");
+  bench->add_option("--trials", args->trials, "timed trials per configuration (default 20)");
+  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500)");
+  bench->callback([args] {
+    if (args->gemm.empty()) args->gemm = "loop";
+    spawn_or_run(*args, false);
+  });
+}
+
+}  // namespace xstage::cli

@@ -1,0 +1,72 @@
+// The MoE layer as a GPU operation, whatever implements it: one rank's device inputs and output, their
+// deterministic generation from a seed, and the interface the unfused baseline (unfused.hpp) and the fused
+// MegaMoE kernel both satisfy, so `xstage moe check` and `xstage moe bench` run either unchanged.
+//
+// Layouts (docs/MOE.md), all row-major:
+//   tokens       [T][h]                  bf16   this rank's tokens (T_s <= T rows used)
+//   topk_ids     [T][k]                  int32  global expert ids (router output)
+//   topk_weights [T][k]                  fp32
+//   W1           [E_local][2·h_inter][h] bf16   tile-interleaved rows: stored row n·b_n + c is logical row
+//                                               l1_logical_row(n, c, b_n, h_inter) (gate rows [0, h_inter),
+//                                               up rows [h_inter, 2·h_inter)), so every b_n-column block of
+//                                               the Linear-1 output holds b_n/2 gate and the matching b_n/2 up columns
+//   W2           [E_local][h][h_inter]   bf16
+//   out          [T][h]                  bf16
+// Values come from a counter-based hash of (seed, tensor, logical index), so any rank (and the CPU
+// reference) can regenerate any expert's weights and any rank's tokens without communication.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/device_buffer.hpp"
+#include "moe/problem.hpp"
+#include "moe/reference.hpp"
+#include "moe/routing.hpp"
+
+namespace xstage::moe {
+
+using DeviceBuffer = attention::DeviceBuffer;
+
+struct LayerInputs {
+  MoeProblem problem;
+  int rank = 0;
+  int tokens = 0;  // T_s, rows of tokens / topk used this call
+  DeviceBuffer tokens_bf16, topk_ids, topk_weights, W1, W2;
+};
+
+struct LayerOutput {
+  DeviceBuffer out_bf16;  // [T][h]
+};
+
+// Which values a layer gets: the seed of tokens and weights and the routing of every rank.
+struct LayerData {
+  std::uint64_t seed = 0;
+  std::vector<RankTopK> topk;  // [P], from balanced_routing / skewed_routing (every rank builds all of them)
+};
+
+// Allocates and fills rank `rank`'s inputs on `stream` (synchronised before return).
+LayerInputs make_layer_inputs(const MoeProblem& problem, int rank, const LayerData& data, cudaStream_t stream);
+LayerOutput make_layer_output(const MoeProblem& problem);
+// Fills the output with NaN (bf16 0xFFFF) so that rows an implementation forgets to write show up.
+void poison_output(LayerOutput& out, cudaStream_t stream);
+
+// The same tokens and all E experts' weights on the host, in the reference's logical layout.
+MoeInputs make_reference_inputs(const MoeProblem& problem, const LayerData& data);
+
+// What every implementation of the layer provides. forward() enqueues the whole layer on `stream`; it may
+// synchronise the stream internally (the unfused baseline reads the exchanged counts on the host) and must
+// leave no work of the call on other streams when it returns.
+class MoeLayerImpl {
+ public:
+  virtual ~MoeLayerImpl() = default;
+  virtual void forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) = 0;
+  virtual std::string name() const = 0;
+  // Bytes this rank sent to other ranks in the last forward (dispatch + combine), for NVLink GB/s.
+  virtual std::int64_t last_peer_bytes() const = 0;
+};
+
+}  // namespace xstage::moe

@@ -29,6 +29,7 @@ step "xstage moe check (all cases, loop and grouped GEMMs)"
 timed "check" -- "$X" moe check --gpus 2 --out "$OUT/work/check.json" || failures=$((failures+1))
 
 step "compute-sanitizer memcheck on a tiny check"
+# Slow: the sanitizer instruments every cuBLAS module (it took most of a 280 s run on H200x2).
 compute-sanitizer --tool memcheck --report-api-errors no --target-processes all \
   "$X" moe check --gpus 2 --cases k2-balanced,k5-empty --gemm both > "$OUT/work/memcheck.log" 2>&1
 rc=$?; tail -n 12 "$OUT/work/memcheck.log"; [ $rc = 0 ] || failures=$((failures+1))

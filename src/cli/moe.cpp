@@ -246,12 +246,13 @@ std::vector<BenchConfig> read_grid(const std::string& path) {
                std::to_string(c.k) + "/t" + std::to_string(T) + "/" + routing;
       out.push_back(c);
     };
-    for (const auto& s : doc.at("shapes"))
-      for (int T : doc.at("tokens_per_rank"))
-        for (const std::string routing : doc.at("routings")) add(s, T, routing, "");
+    // The headline configurations first.
     if (doc.contains("extra"))
       for (const auto& s : doc.at("extra"))
         for (const std::string routing : s.at("routings")) add(s, s.at("tokens_per_rank").get<int>(), routing, s.value("name", "") + ":");
+    for (const auto& s : doc.at("shapes"))
+      for (int T : doc.at("tokens_per_rank"))
+        for (const std::string routing : doc.at("routings")) add(s, T, routing, "");
   } catch (const nlohmann::json::exception& e) {
     throw InputError(path + ": " + e.what() + " (expected {shapes: [{h, h_inter, E, k}], tokens_per_rank: [..], routings: [..]})");
   }
@@ -303,8 +304,25 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
       double clock_mhz = 0;
       if (!warmed) {
+        // Every forward holds collectives, so all ranks must run the same number: rank 0's count, from
+        // the slowest rank's time for one forward.
         rt.barrier();
-        attention::warm_up(launch, args.warmup_ms, stream);
+        XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
+        launch();
+        XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float one_ms = 0;
+        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&one_ms, start, stop));
+        const auto all = rt.all_gather_bytes(&one_ms, sizeof(one_ms));
+        float slowest = 0;
+        for (int r = 0; r < P; ++r) {
+          float v;
+          std::memcpy(&v, all.data() + r * sizeof(float), sizeof(float));
+          slowest = std::max(slowest, v);
+        }
+        const int iterations = std::clamp(static_cast<int>(args.warmup_ms / std::max(slowest, 1e-3f)), 1, 2000);
+        for (int i = 0; i < iterations; ++i) launch();
+        XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
         warmed = true;
       }
       std::vector<double> ms(args.trials);
@@ -358,6 +376,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"peer_bytes_per_rank_mean", peer_bytes}, {"nvlink_gbps_per_rank", gbps},
                                 {"rows_received_min", rows_min}, {"rows_received_max", rows_max},
                                 {"sm_clock_mhz_after", clocks}});
+      if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
     }
   }
   cudaEventDestroy(start);
@@ -372,6 +391,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
 void spawn_or_run(const MoeArgs& args, bool check) {
   if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
   if (const auto env = comm::rank_env_from_environment()) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows through pipes (tee) as it happens
     comm::Runtime rt(*env);
     const int failures = check ? run_check(rt, args) : run_bench(rt, args);
     if (failures > 0) throw ExitStatus(1);
@@ -415,7 +435,8 @@ void add_moe_command(CLI::App& app) {
   bench->add_option("--config", args->config, "grid file (default: the shipped configs/moe_grid.json)");
   bench->add_option("--filter", args->filter, "only configurations whose name contains one of these comma-separated strings");
   bench->add_option("--trials", args->trials, "timed trials per configuration (default 20)");
-  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500)");
+  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500;\n"
+                                                    "the same number of forwards on every rank)");
   bench->callback([args] {
     if (args->gemm.empty()) args->gemm = "loop";
     spawn_or_run(*args, false);

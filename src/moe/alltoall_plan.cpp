@@ -19,8 +19,10 @@ std::vector<int> count_row(const MoeProblem& pr, int tokens, const std::int32_t*
   std::vector<int> row(pr.E_experts, 0);
   for (std::int64_t q = 0; q < static_cast<std::int64_t>(tokens) * pr.top_k; ++q) {
     const int e = ids[q];
-    require_input(e >= 0 && e < pr.E_experts, "top-k id " + std::to_string(e) + " of pair " + std::to_string(q) +
-                                                  " is outside [0, " + std::to_string(pr.E_experts) + ")");
+    // Messages are built only on failure: this runs per pair on every forward of the unfused layer.
+    if (e < 0 || e >= pr.E_experts)
+      throw InputError("top-k id " + std::to_string(e) + " of pair " + std::to_string(q) + " is outside [0, " +
+                       std::to_string(pr.E_experts) + ")");
     ++row[e];
   }
   return row;
@@ -39,15 +41,15 @@ AllToAllPlan build_alltoall_plan(const MoeProblem& pr, int rank, const std::vect
   require_input(tokens >= 0 && tokens <= pr.T_tokens, "alltoall plan: tokens must be in [0, T]");
   const std::vector<int> own = count_row(pr, tokens, ids);
   for (int e = 0; e < E; ++e)
-    require_input(own[e] == counts[count_index(rank, e, E)],
-                  "alltoall plan: rank " + std::to_string(rank) + " sends " + std::to_string(own[e]) +
-                      " pairs to expert " + std::to_string(e) + " but the exchanged counts say " +
-                      std::to_string(counts[count_index(rank, e, E)]));
+    if (own[e] != counts[count_index(rank, e, E)])
+      throw InputError("alltoall plan: rank " + std::to_string(rank) + " sends " + std::to_string(own[e]) +
+                       " pairs to expert " + std::to_string(e) + " but the exchanged counts say " +
+                       std::to_string(counts[count_index(rank, e, E)]));
   for (int t = 0; t < tokens; ++t)
     for (int j = 0; j < k; ++j)
       for (int i = 0; i < j; ++i)
-        require_input(ids[t * k + i] != ids[t * k + j],
-                      "token " + std::to_string(t) + " names expert " + std::to_string(ids[t * k + j]) + " twice");
+        if (ids[t * k + i] == ids[t * k + j])
+          throw InputError("token " + std::to_string(t) + " names expert " + std::to_string(ids[t * k + j]) + " twice");
 
   AllToAllPlan plan;
   plan.rank = rank;

@@ -39,6 +39,7 @@
 #include <tuple>
 
 #include "common/error.hpp"
+#include "common/stats.hpp"
 
 namespace xstage::calibration {
 
@@ -52,14 +53,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kTargetPeriodErr = 0.10, kTargetIssueErr = 0.15, kTargetFlatness = 0.05,
                  kTargetWallAgreement = 0.05;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  const std::size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double upper = v[mid];
-  if (v.size() % 2) return upper;
-  return 0.5 * (upper + *std::max_element(v.begin(), v.begin() + mid));
-}
 
 // The value where the cumulative weight first reaches half the total (values sorted ascending).
 double weighted_median(const std::vector<double>& values, const std::vector<double>& weights) {

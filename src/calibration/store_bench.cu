@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.hpp"
 #include "common/device_clock.cuh"
+#include "common/stats.hpp"
 #include "common/error.hpp"
 
 namespace xstage::calibration {
@@ -224,20 +225,6 @@ __global__ void count_mismatches_kernel(const uint4* base, std::int64_t slot_vec
   if (local) atomicAdd(mismatches, local);
 }
 
-double median_of(std::vector<double>& v) {
-  if (v.empty()) return 0.0;
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
-
-double quantile_of(std::vector<double>& v, double q) {
-  if (v.empty()) return 0.0;
-  const auto k = static_cast<std::ptrdiff_t>(std::clamp(q, 0.0, 1.0) * static_cast<double>(v.size() - 1));
-  std::nth_element(v.begin(), v.begin() + k, v.end());
-  return v[static_cast<std::size_t>(k)];
-}
-
 std::size_t smem_bytes(const StoreBenchConfig& cfg) {
   const std::size_t stamps = sizeof(std::uint64_t) * 3 * static_cast<std::size_t>(cfg.max_bursts);
   const std::size_t need = cfg.path == StorePath::tma_bulk ? static_cast<std::size_t>(cfg.B_bytes) + stamps : stamps;
@@ -413,7 +400,7 @@ BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Des
       steady += n - 1 - w;
     }
     out.T_period_ns = cfg.K / rate_sum;
-    out.gap_ns = median_of(gap);
+    out.gap_ns = median(gap);
     out.T_iss_ns = out.T_period_ns - out.gap_ns;
     out.n_bursts = steady / cfg.K;
   } else {
@@ -426,11 +413,11 @@ BurstSample summarize(const StoreBenchConfig& cfg, const StoreBenchRaw& raw, Des
       }
       t_iss.push_back(slowest);
     }
-    out.T_iss_ns = median_of(t_iss);
+    out.T_iss_ns = median(t_iss);
     out.n_bursts = static_cast<int>(t_iss.size());
   }
-  out.T_iss_p10_ns = quantile_of(t_iss, 0.1);
-  out.T_iss_p90_ns = quantile_of(t_iss, 0.9);
+  out.T_iss_p10_ns = quantile(t_iss, 0.1);
+  out.T_iss_p90_ns = quantile(t_iss, 0.9);
   return out;
 }
 

@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "attention/bench_timing.hpp"
-#include "attention/device_buffer.hpp"
+#include "common/device_buffer.hpp"
+#include "common/gpu_timing.hpp"
+#include "common/stats.hpp"
 #include "attention/device_fill.hpp"
 #include "attention/flash_fwd.hpp"
 #include "attention/reference.hpp"
@@ -29,7 +30,6 @@ namespace xstage::cli {
 namespace {
 
 using attention::BmhdStrides;
-using attention::DeviceBuffer;
 using attention::FlashFwdArgs;
 using attention::FlashFwdProblem;
 
@@ -357,12 +357,12 @@ void run_bench(const BenchOptions& opt) {
         args.v = v.get();
         args.o = o.get();
         auto launch = [&] { attention::flash_attention_forward(args); };
-        attention::warm_up(launch, first ? 1000.0 : opt.warmup_ms, nullptr);
+        warm_up(launch, first ? 1000.0 : opt.warmup_ms, nullptr);
         first = false;
-        const double estimate = attention::median(attention::time_launches_ms(launch, 3, 1, nullptr));
+        const double estimate = median(time_launches_ms(launch, 3, 1, nullptr));
         const int inner = std::max(1, int(std::ceil(2.0 / std::max(estimate, 1e-3))));  // >= ~2 ms per timing
-        const auto times = attention::time_launches_ms(launch, opt.reps, inner, nullptr);
-        const double t_ms = attention::median(times);
+        const auto times = time_launches_ms(launch, opt.reps, inner, nullptr);
+        const double t_ms = median(times);
         const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;
         const double tflops = flops / (t_ms * 1e-3) / 1e12;
         const std::string tile = attention::describe(attention::fwd_tile_shape(attention::flash_fwd_tile_config(p, num_sms)));
@@ -380,7 +380,7 @@ void run_bench(const BenchOptions& opt) {
       }
     }
   }
-  const double clock_mhz = attention::measure_sm_clock_mhz();
+  const double clock_mhz = measure_sm_clock_mhz();
   std::printf("SM clock measured after the runs: %.0f MHz\n", clock_mhz);
   if (!opt.json_path.empty()) {
     write_json_file(opt.json_path, {{"command", command_line()},

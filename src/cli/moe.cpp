@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/bench_timing.hpp"
+#include "common/gpu_timing.hpp"
+#include "common/stats.hpp"
 #include "cli/commands.hpp"
 #include "cli/shipped_files.hpp"
 #include "comm/device_info.hpp"
@@ -336,7 +337,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&f, start, stop));
         ms[t] = f;
       }
-      clock_mhz = attention::measure_sm_clock_mhz();
+      clock_mhz = measure_sm_clock_mhz();
       struct RankStats {
         double clock_mhz;
         std::int64_t peer_bytes, rows_received;
@@ -352,7 +353,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       }
       std::vector<RankStats> stats(P);
       std::memcpy(stats.data(), all_stats.data(), sizeof(RankStats) * P);
-      const double med = attention::median(max_ms);
+      const double med = median(max_ms);
       const double flop = 6.0 * c.h * c.I * static_cast<double>(c.T) * c.k;  // per rank: 2·3·H·I·T·k
       double peer_bytes = 0;
       std::int64_t rows_min = INT64_MAX, rows_max = 0;

@@ -22,14 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "attention/device_buffer.hpp"
+#include "common/device_buffer.hpp"
 #include "moe/problem.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.hpp"
 
 namespace xstage::moe {
 
-using DeviceBuffer = attention::DeviceBuffer;
+using DeviceBuffer = xstage::DeviceBuffer;
 
 struct LayerInputs {
   MoeProblem problem;

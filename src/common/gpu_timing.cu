@@ -1,10 +1,10 @@
-#include "attention/bench_timing.hpp"
+#include "common/gpu_timing.hpp"
 
 #include <algorithm>
 
 #include "common/cuda_check.hpp"
 
-namespace xstage::attention {
+namespace xstage {
 namespace {
 
 class EventPair {
@@ -82,11 +82,5 @@ double measure_sm_clock_mhz() {
   return h[1] > 0 ? double(h[0]) * 1e3 / double(h[1]) : 0.0;
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
-}  // namespace xstage::attention
+}  // namespace xstage

@@ -1,4 +1,5 @@
-// Timing helpers for the attention benchmark: CUDA-event medians and the SM clock measured in the run.
+// Timing for benchmarks: CUDA-event times of back-to-back launches, warm-up, and the SM clock measured
+// in the run. Results are reported as medians (common/stats.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-namespace xstage::attention {
+namespace xstage {
 
 // Times `launch` (which enqueues work on `stream`): repeats `reps` times a batch of `inner` back-to-back
 // launches between two events; returns the per-launch time of each rep in milliseconds.
@@ -18,6 +19,4 @@ void warm_up(const std::function<void()>& launch, double ms, cudaStream_t stream
 // SM clock in MHz, measured now: clock64() against %globaltimer over a ~20 ms spin on one SM.
 double measure_sm_clock_mhz();
 
-double median(std::vector<double> values);
-
-}  // namespace xstage::attention
+}  // namespace xstage

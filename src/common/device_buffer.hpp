@@ -1,4 +1,4 @@
-// RAII device allocation for the attention checks and benchmarks.
+// RAII device allocation (checks, benchmarks, harnesses).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,7 @@
 
 #include "common/cuda_check.hpp"
 
-namespace xstage::attention {
+namespace xstage {
 
 class DeviceBuffer {
  public:
@@ -40,4 +40,4 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-}  // namespace xstage::attention
+}  // namespace xstage

@@ -26,8 +26,8 @@ else
 fi
 
 echo
-echo "== xstage plan: a burst pattern (132 producers x 32 KiB) over a gap sweep"
-"$XSTAGE" plan --platform "$platform" pattern -K 132 -B 32KiB -G 0,4us,8us,12us,16us
+echo "== xstage plan: a burst pattern (132 producers x 8 KiB) over a gap sweep"
+"$XSTAGE" plan --platform "$platform" pattern -K 132 -B 8KiB -G 0,1us,2us,3us,4us
 echo
 echo "== xstage plan: a fine-grained MegaMoE layer (DeepSeek-V3-like expert: h = 7168, h_inter = 2048)"
 "$XSTAGE" plan --platform "$platform" moe -K 66 --hidden 7168 --inter 2048 --tflops 700

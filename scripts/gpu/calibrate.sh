@@ -9,12 +9,6 @@ source scripts/gpu/env.sh
 OUT=${OUT:-out}; mkdir -p "$OUT/work"
 LOG="$OUT/calibrate.log"; exec > >(tee "$LOG") 2>&1
 failures=0
-step() { echo; echo "=== $* ==="; }
-timed() {  # timed LABEL -- command...: runs it and prints its wall time
-  local label=$1; shift 2
-  local t0 t1 rc; t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
-  echo "$label wall time: $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s (exit $rc)"; return $rc
-}
 expect_exit() {  # expect_exit CODE PATTERN -- command...
   local want=$1 pattern=$2; shift 3
   local text rc; text=$("$@" 2>&1); rc=$?

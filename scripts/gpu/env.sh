@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts: the environment every xstage run on a GPU machine needs.
+# Sourced by the GPU scripts: the environment every xstage run on a GPU machine needs, and two log helpers.
 # Multicast (NVLS) stays off: it can take down a shared host.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # The binaries link libnccl.so.2; on machines where NCCL comes from PyPI, point the loader at it.
@@ -14,3 +14,11 @@ if CUBLAS_PIP_LIB=$(python3 -c "import glob, os, site; c = [os.path.dirname(p) f
 elif [ -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 fi
+
+# Log helpers for the GPU scripts: a section header, and a command with its wall time.
+step() { echo; echo "=== $* ==="; }
+timed() {  # timed LABEL -- command...: runs it and prints its wall time
+  local label=$1; shift 2
+  local t0 t1 rc; t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
+  echo "$label wall time: $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s (exit $rc)"; return $rc
+}

@@ -14,12 +14,6 @@ GEMM=${MOE_BENCH_GEMM:-loop}
 X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}  # EP over every visible GPU unless GPUS says otherwise
 failures=0
-step() { echo; echo "=== $* ==="; }
-timed() {  # timed LABEL -- command...: runs it and prints its wall time
-  local label=$1; shift 2
-  local t0 t1 rc; t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
-  echo "$label wall time: $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s (exit $rc)"; return $rc
-}
 
 step "machine"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv

@@ -7,7 +7,13 @@
 // each row stored into its source rank's combine buffer [T][k][h], then out[t] = Σ_j w[t][j]·combine[t][j].
 // With StorageRounding::bf16 the values the kernel stores in bf16 (the L1 output ring and the combine rows)
 // are rounded to bf16 (round to nearest even) at the same points; tokens and weights are used as given
-// (feed bf16-representable values). fp8 W8A8 needs per-block scales and is not modelled yet.
+// (feed bf16-representable values).
+//
+// problem.dtype == DType::fp8_e4m3 computes the W8A8 layer instead (docs/MOE.md "fp8 W8A8", fp8.hpp,
+// quantize.hpp): tokens quantized per (token, 128 columns) on their source rank, W1 (in its stored
+// tile-interleaved row order) and W2 per 128×128 block, each GEMM's 128-wide K blocks accumulated exactly and
+// promoted with fp32(scale_a · scale_w), SwiGLU in fp32 and quantized per (row, 128 columns) again before
+// Linear-2. `rounding` then only decides whether the combine rows are stored in bf16 (the kernel: yes).
 #pragma once
 
 #include <vector>

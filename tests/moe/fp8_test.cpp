@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -315,8 +316,8 @@ TEST(Fp8Gemm, BlockPromotionEqualsDequantizedProductAndStaysWithinTheQuantizatio
     }
   EXPECT_EQ(over, 0);
   const double rel_l2 = std::sqrt(num / den);
-  EXPECT_LT(rel_l2, 0.05);  // measured ~0.03 (two e4m3 operands, each ~2.2% rms relative rounding)
-  RecordProperty("gemm_rel_l2", std::to_string(rel_l2));
+  std::printf("fp8 block GEMM vs exact: rel L2 %.4f\n", rel_l2);
+  EXPECT_LT(rel_l2, 0.05);  // two e4m3 operands, each ≈ 2.5% rms relative rounding: ≈ 3.5%
 
   // A corrupted activation scale (×2) or weight scale (×2) puts outputs outside the rigorous bound.
   for (int which = 0; which < 2; ++which) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "common/error.hpp"
 #include "model/units.hpp"
@@ -63,7 +64,9 @@ MoeMainloopTimes moe_mainloop_times(int b_m, int b_n, int h, int h_inter, double
 TileMix natural_tile_mix(int h, int h_inter) {
   require_positive(h, "hidden size h");
   require_positive(h_inter, "expert intermediate size h_inter");
-  return {2.0 * h_inter, static_cast<double>(h)};
+  // L1 tiles span 2·h_inter columns and L2 tiles h columns per row; reduce the ratio to lowest terms.
+  const long g = std::gcd(2L * h_inter, static_cast<long>(h));
+  return {2.0 * h_inter / g, static_cast<double>(h) / g};
 }
 
 namespace {

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh >/dev/null
+scripts/build.sh
 XSTAGE=build/xstage
 
 gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)

@@ -303,17 +303,22 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       auto launch = [&] { layer.forward(in, out, stream); };
       launch();  // untimed first run
       XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      double clock_mhz = 0;
-      if (!warmed) {
-        // Every forward holds collectives, so all ranks must run the same number: rank 0's count, from
-        // the slowest rank's time for one forward.
+      // One trial of the paper protocol: all ranks line up, then one event-timed forward.
+      auto barrier_aligned_forward_ms = [&] {
         rt.barrier();
         XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
         launch();
         XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
         XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
-        float one_ms = 0;
-        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&one_ms, start, stop));
+        float elapsed_ms = 0;
+        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+        return elapsed_ms;
+      };
+      double clock_mhz = 0;
+      if (!warmed) {
+        // Every forward holds collectives, so all ranks must run the same number: rank 0's count, from
+        // the slowest rank's time for one forward.
+        const float one_ms = barrier_aligned_forward_ms();
         const auto all = rt.all_gather_bytes(&one_ms, sizeof(one_ms));
         float slowest = 0;
         for (int r = 0; r < P; ++r) {
@@ -328,14 +333,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       }
       std::vector<double> ms(args.trials);
       for (int t = 0; t < args.trials; ++t) {
-        rt.barrier();
-        XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
-        launch();
-        XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
-        float f = 0;
-        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&f, start, stop));
-        ms[t] = f;
+        ms[t] = barrier_aligned_forward_ms();
       }
       clock_mhz = measure_sm_clock_mhz();
       struct RankStats {

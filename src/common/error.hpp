@@ -42,4 +42,7 @@ class ExitStatus : public std::exception {
 // Throws InputError(message) unless `condition` holds.
 void require_input(bool condition, const std::string& message);
 
+// Throws InputError naming `name` unless `x` is finite and > 0.
+void require_positive(double x, const std::string& name);
+
 }  // namespace xstage

@@ -10,11 +10,6 @@ namespace xstage::model {
 
 namespace {
 
-void require_positive(double x, const std::string& name) {
-  if (!std::isfinite(x) || x <= 0.0)
-    throw InputError(name + " must be positive (got " + std::to_string(x) + ")");
-}
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void validate_kernel(const AttentionKernel& k) {

@@ -10,10 +10,6 @@ namespace xstage::model {
 
 namespace {
 
-void require_positive_finite(double x, const std::string& what, const std::string& name) {
-  if (!std::isfinite(x) || x <= 0.0)
-    throw InputError(what + ": " + name + " must be a positive finite number (got " + std::to_string(x) + ")");
-}
 
 void validate_pattern(double V_bytes, double G_ns) {
   if (!std::isfinite(V_bytes) || V_bytes <= 0.0)
@@ -25,9 +21,9 @@ void validate_pattern(double V_bytes, double G_ns) {
 }  // namespace
 
 void validate_platform_point(const PlatformPoint& p, const std::string& what) {
-  require_positive_finite(p.T_iss0_ns, what, "T_iss0_ns");
-  require_positive_finite(p.R_bytes_per_ns, what, "R_bytes_per_ns");
-  require_positive_finite(p.Q_bytes, what, "Q_bytes");
+  require_positive(p.T_iss0_ns, what + ": T_iss0_ns");
+  require_positive(p.R_bytes_per_ns, what + ": R_bytes_per_ns");
+  require_positive(p.Q_bytes, what + ": Q_bytes");
 }
 
 // Eq. 3

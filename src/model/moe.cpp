@@ -9,15 +9,6 @@
 
 namespace xstage::model {
 
-namespace {
-
-void require_positive(double x, const std::string& name) {
-  if (!std::isfinite(x) || x <= 0.0)
-    throw InputError(name + " must be positive (got " + std::to_string(x) + ")");
-}
-
-}  // namespace
-
 // Eq. 12–14
 InterleaveTest interleave_test(const PlatformPoint& p, double V_bytes, double T_L1_ns, double T_L2_ns,
                                double n1, double n2) {

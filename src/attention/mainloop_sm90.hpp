@@ -26,6 +26,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "attention/flash_fwd_params.hpp"
+#include "common/sm90_wgmma.cuh"
 #include "attention/flash_fwd_tile_config.hpp"
 #include "attention/named_barriers.hpp"
 #include "attention/softmax.hpp"
@@ -43,27 +44,6 @@ auto make_gmem_bmhd(T* ptr, int seqlen, int head_dim, int heads, int batch, Bmhd
   using namespace cute;
   return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, head_dim, heads, batch),
                                                      make_stride(s.row, _1{}, s.head, s.batch)));
-}
-
-// One wgmma batch: C (+)= A B over the K modes of the fragments, committed as one group.
-// kWait >= 0 waits until at most kWait groups are still in flight. kARegisters: A is a register
-// fragment (RS wgmma), fenced so the compiler keeps it intact while the wgmma reads it.
-template <bool kZeroInit, int kWait, bool kARegisters, class TiledMma, class FragA, class FragB, class FragC>
-CUTE_DEVICE void wgmma_batch(TiledMma& tiled_mma, FragA& frag_a, FragB const& frag_b, FragC& frag_c) {
-  using namespace cute;
-  warpgroup_fence_operand(frag_c);
-  if constexpr (kARegisters) warpgroup_fence_operand(frag_a);
-  warpgroup_arrive();
-  tiled_mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(frag_a); ++k) {
-    cute::gemm(tiled_mma, frag_a(_, _, k), frag_b(_, _, k), frag_c);
-    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
-  warpgroup_fence_operand(frag_c);
-  if constexpr (kARegisters) warpgroup_fence_operand(frag_a);
 }
 
 template <class Config>
@@ -231,7 +211,7 @@ struct MainloopSm90 {
     // First (last-in-sequence, possibly partial) key block.
     pipeline_k.consumer_wait(k_state);
     Turns::wait(warp_group);
-    wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
+    xstage::wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
     Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
@@ -250,9 +230,9 @@ struct MainloopSm90 {
     for (int n = n_last - 1; n >= 0; --n) {
       pipeline_k.consumer_wait(k_state);
       Turns::wait(warp_group);
-      wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
+      xstage::wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
       pipeline_v.consumer_wait(v_state);
-      wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
+      xstage::wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
       Turns::pass(warp_group);
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
@@ -271,7 +251,7 @@ struct MainloopSm90 {
 
     pipeline_v.consumer_wait(v_state);
     Turns::wait(warp_group);
-    wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
+    xstage::wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
     Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);

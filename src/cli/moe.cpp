@@ -1,6 +1,6 @@
-// `xstage moe check` and `xstage moe bench`: correctness and speed of the MoE layer on GPUs (src/moe/).
-// Today's implementation is the unfused NCCL + cuBLAS baseline (moe/unfused.hpp); the fused MegaMoE kernel
-// plugs into the same MoeLayerImpl and therefore into both commands.
+// `xstage moe check` and `xstage moe bench`: correctness and speed of the MoE layer on GPUs (src/moe/), for
+// every MoeLayerImpl: the unfused NCCL + cuBLAS baseline (moe/unfused.hpp, two GEMM paths) and the fused
+// MegaMoE kernel (moe/megamoe.hpp, two schedules), side by side in the same run (--impl).
 //
 // Like calibrate: without RANK/WORLD_SIZE it starts --gpus local ranks of itself; under torchrun/Slurm it
 // runs as the rank it is given. Rank 0 prints and writes.
@@ -29,7 +29,9 @@
 #include "common/error.hpp"
 #include "common/run_info.hpp"
 #include "moe/layer.hpp"
+#include "moe/megamoe.hpp"
 #include "moe/reference.hpp"
+#include "moe/routing.hpp"
 #include "moe/unfused.hpp"
 
 namespace xstage::cli {
@@ -40,7 +42,10 @@ constexpr double kMaxRelativeL2 = 1e-2;  // ||out - ref|| / ||ref||, bf16 output
 struct MoeArgs {
   int gpus = 0;
   std::string seed;  // empty: fresh random
-  std::string gemm;  // empty: both for check, loop for bench
+  std::string impl;  // comma-separated implementation names; empty: the command's default
+  int D_rows = 0;            // megamoe-interleaved lead (0 = D_knee)
+  int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
+  double device_timeout_s = 10;
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
   std::string filter;  // bench: comma-separated substrings of config names
@@ -57,10 +62,50 @@ bool matches(const std::string& name, const std::string& filter) {
   return false;
 }
 
-std::vector<moe::GemmPath> gemm_paths(const std::string& s) {
-  if (s == "loop") return {moe::GemmPath::per_expert_loop};
-  if (s == "grouped") return {moe::GemmPath::grouped};
-  return {moe::GemmPath::per_expert_loop, moe::GemmPath::grouped};
+// The implementations `--impl` names: the unfused baseline with either GEMM path, and the fused kernel
+// with either schedule.
+const std::vector<std::string> kImplNames = {"unfused-loop", "unfused-grouped", "megamoe-wave", "megamoe-interleaved"};
+
+std::vector<std::string> impl_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (part.empty()) continue;
+    require_input(std::find(kImplNames.begin(), kImplNames.end(), part) != kImplNames.end(),
+                  "--impl: unknown implementation '" + part + "' (choose from unfused-loop, unfused-grouped, megamoe-wave, "
+                  "megamoe-interleaved)");
+    out.push_back(part);
+  }
+  require_input(!out.empty(), "--impl: name at least one implementation");
+  return out;
+}
+
+std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe::MoeProblem& pr, comm::Runtime& rt,
+                                             const MoeArgs& args) {
+  if (name == "unfused-loop") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::per_expert_loop);
+  if (name == "unfused-grouped") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::grouped);
+  moe::FusedMoeOptions opt;
+  opt.schedule = name == "megamoe-wave" ? moe::MoeScheduleKind::expert_wave : moe::MoeScheduleKind::interleaved;
+  opt.D_rows = args.D_rows;
+  opt.wave_experts = args.wave_experts;
+  opt.timeout_s = args.device_timeout_s;
+  return std::make_unique<moe::FusedMoeLayer>(pr, rt, opt);
+}
+
+// Rows this rank's experts receive and how many of them receive none, from the host routing.
+struct OwnerLoad {
+  std::int64_t rows = 0;
+  int empty_experts = 0;
+};
+OwnerLoad owner_load(const moe::MoeProblem& pr, const moe::LayerData& data, int rank) {
+  const moe::Routing routing = moe::build_routing(pr, data.topk);
+  OwnerLoad load;
+  for (int e = 0; e < pr.E_local(); ++e) {
+    const int rows = routing.expert_rows[pr.global_expert(rank, e)];
+    load.rows += rows;
+    load.empty_experts += rows == 0;
+  }
+  return load;
 }
 
 // The same seed on every rank: rank 0's choice (given or fresh), all-gathered.
@@ -155,15 +200,17 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
         moe::reference_moe_layer(pr, moe::make_reference_inputs(pr, data), moe::StorageRounding::bf16);
     const std::vector<float>& want = ref.out[rt.rank()];
     const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
-    for (moe::GemmPath path : gemm_paths(args.gemm)) {
-      moe::UnfusedMoeLayer layer(pr, rt.rank(), rt.comm(), path);
+    const OwnerLoad load = owner_load(pr, data, rt.rank());
+    for (const std::string& impl : impl_list(args.impl)) {
+      const auto layer = make_impl(impl, pr, rt, args);
       moe::LayerOutput out = moe::make_layer_output(pr);
       CheckRankResult r;
       std::vector<std::uint16_t> first;
       for (int run = 0; run < 3; ++run) {
         moe::poison_output(out, stream);
         rt.barrier();
-        layer.forward(in, out, stream);
+        layer->forward(in, out, stream);
+        layer->finish(stream);
         auto got = copy_out(out, elems, stream);
         if (run == 0) {
           double err2 = 0, ref2 = 0;
@@ -180,8 +227,8 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
           r.bitwise_identical = 0;
         }
       }
-      for (auto rows : layer.last_plan().expert_rows) r.empty_local_experts += rows == 0;
-      r.rows_received = layer.last_plan().rows_received();
+      r.empty_local_experts = load.empty_experts;
+      r.rows_received = load.rows;
       const auto bytes = rt.all_gather_bytes(&r, sizeof(r));
       std::vector<CheckRankResult> all(P);
       std::memcpy(all.data(), bytes.data(), sizeof(CheckRankResult) * P);
@@ -203,11 +250,11 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
       if (lead) {
         std::printf("  %-20s %-34s E=%-3d k=%d h=%-4d I=%-4d T=%-4d %-13s rel L2 %.2e  NaN %lld  runs %s  "
                     "empty experts %d/%d  rows/rank %lld..%lld  %s\n",
-                    c.name, layer.name().c_str(), c.E, c.k, c.h, c.I, c.T,
+                    c.name, layer->name().c_str(), c.E, c.k, c.h, c.I, c.T,
                     c.zipf_s < 0 ? "balanced" : ("zipf " + std::to_string(c.zipf_s).substr(0, 3)).c_str(), worst,
                     static_cast<long long>(nans), identical ? "identical" : "DIFFER", empty, c.E,
                     static_cast<long long>(rows_min), static_cast<long long>(rows_max), ok ? "ok" : "FAIL");
-        results.push_back({{"case", c.name}, {"impl", layer.name()}, {"E", c.E}, {"k", c.k}, {"h", c.h}, {"h_inter", c.I},
+        results.push_back({{"case", c.name}, {"impl", layer->name()}, {"E", c.E}, {"k", c.k}, {"h", c.h}, {"h_inter", c.I},
                            {"tokens_per_rank", c.T}, {"zipf_s", c.zipf_s}, {"rel_l2_max", worst}, {"nan", nans},
                            {"bitwise_identical_3_runs", identical}, {"empty_experts", empty}, {"pass", ok}});
       }
@@ -297,19 +344,20 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
     const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T);
     const moe::LayerData data = make_data(pr, seed + 7919ull * (ci + 1), c.zipf_s);  // fresh inputs per config
     const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
-    for (moe::GemmPath path : gemm_paths(args.gemm)) {
-      moe::UnfusedMoeLayer layer(pr, rt.rank(), rt.comm(), path);
+    const OwnerLoad load = owner_load(pr, data, rt.rank());
+    for (const std::string& impl : impl_list(args.impl)) {
+      const auto layer = make_impl(impl, pr, rt, args);
       moe::LayerOutput out = moe::make_layer_output(pr);
-      auto launch = [&] { layer.forward(in, out, stream); };
+      auto launch = [&] { layer->forward(in, out, stream); };
       launch();  // untimed first run
-      XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      layer->finish(stream);
       // One trial of the paper protocol: all ranks line up, then one event-timed forward.
       auto barrier_aligned_forward_ms = [&] {
         rt.barrier();
         XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
         launch();
         XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+        layer->finish(stream);
         float elapsed_ms = 0;
         XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
         return elapsed_ms;
@@ -328,7 +376,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         }
         const int iterations = std::clamp(static_cast<int>(args.warmup_ms / std::max(slowest, 1e-3f)), 1, 2000);
         for (int i = 0; i < iterations; ++i) launch();
-        XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        layer->finish(stream);
         warmed = true;
       }
       std::vector<double> ms(args.trials);
@@ -339,7 +387,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       struct RankStats {
         double clock_mhz;
         std::int64_t peer_bytes, rows_received;
-      } mine{clock_mhz, layer.last_peer_bytes(), layer.last_plan().rows_received()};
+      } mine{clock_mhz, layer->last_peer_bytes(), load.rows};
       const auto all_ms = rt.all_gather_bytes(ms.data(), ms.size() * sizeof(double));
       const auto all_stats = rt.all_gather_bytes(&mine, sizeof(mine));
       if (!lead) continue;
@@ -363,11 +411,11 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         clocks.push_back(s.clock_mhz);
       }
       const double tflops = flop / (med * 1e-3) / 1e12, gbps = peer_bytes / (med * 1e-3) / 1e9;
-      std::printf("%-44s %-30s %10.3f %10.3f %9.1f %9.1f %6lld..%lld\n", c.name.c_str(), layer.name().c_str(), med,
+      std::printf("%-44s %-30s %10.3f %10.3f %9.1f %9.1f %6lld..%lld\n", c.name.c_str(), layer->name().c_str(), med,
                   *std::min_element(max_ms.begin(), max_ms.end()), tflops, gbps, static_cast<long long>(rows_min),
                   static_cast<long long>(rows_max));
       std::fflush(stdout);
-      doc["results"].push_back({{"config", c.name}, {"impl", layer.name()}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
+      doc["results"].push_back({{"config", c.name}, {"impl", layer->name()}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
                                 {"k", c.k}, {"tokens_per_rank", c.T}, {"dtype", "bf16"},
                                 {"routing", c.zipf_s < 0 ? "balanced" : "skewed"}, {"zipf_s", c.zipf_s},
                                 {"median_ms", med}, {"trial_max_over_ranks_ms", max_ms}, {"per_rank_ms", per_rank},
@@ -415,9 +463,15 @@ void add_moe_command(CLI::App& app) {
   auto common = [&](CLI::App* cmd) {
     cmd->add_option("--gpus", args->gpus, "local GPUs (ranks) to use (default: all visible)");
     cmd->add_option("--seed", args->seed, "input seed (default: fresh, printed)");
-    cmd->add_option("--gemm", args->gemm, "expert GEMMs of the unfused layer: loop (cublasGemmEx per expert), grouped "
-                                          "(cublasGemmGroupedBatchedEx), both (default: both for check, loop for bench)")
-        ->check(CLI::IsMember({"loop", "grouped", "both"}));
+    cmd->add_option("--impl", args->impl,
+                    "comma-separated implementations: unfused-loop (NCCL + cublasGemmEx per expert), unfused-grouped\n"
+                    "(NCCL + cublasGemmGroupedBatchedEx), megamoe-wave, megamoe-interleaved (the fused kernel with the\n"
+                    "expert-wave or the interleaved schedule). Default: all four for check; unfused-loop,\n"
+                    "megamoe-wave, megamoe-interleaved for bench");
+    cmd->add_option("--lead", args->D_rows, "megamoe-interleaved: lead D of Linear-1 over Linear-2 in scheduler rows "
+                                            "(default: D_knee from the model)");
+    cmd->add_option("--wave", args->wave_experts, "megamoe-wave: experts per wave (default: the wave-size heuristic)");
+    cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
     cmd->add_option("--out", args->out, "write the results as JSON here");
   };
   CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"
@@ -425,7 +479,7 @@ void add_moe_command(CLI::App& app) {
   common(check);
   check->add_option("--cases", args->cases, "only cases whose name contains one of these comma-separated strings");
   check->callback([args] {
-    if (args->gemm.empty()) args->gemm = "both";
+    if (args->impl.empty()) args->impl = "unfused-loop,unfused-grouped,megamoe-wave,megamoe-interleaved";
     spawn_or_run(*args, true);
   });
   CLI::App* bench = moe->add_subcommand("bench", "Time the layer over a grid (BRIEF §5: untimed first run, barrier-aligned\n"
@@ -437,7 +491,7 @@ void add_moe_command(CLI::App& app) {
   bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500;\n"
                                                     "the same number of forwards on every rank)");
   bench->callback([args] {
-    if (args->gemm.empty()) args->gemm = "loop";
+    if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-interleaved";
     spawn_or_run(*args, false);
   });
 }

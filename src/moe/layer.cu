@@ -100,6 +100,8 @@ void poison_output(LayerOutput& out, cudaStream_t stream) {
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(out.out_bf16.get(), 0xFF, out.out_bf16.bytes(), stream));
 }
 
+void MoeLayerImpl::finish(cudaStream_t stream) { XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
 MoeInputs make_reference_inputs(const MoeProblem& pr, const LayerData& data) {
   validate(pr);
   const std::int64_t T = pr.T_tokens, h = pr.h_hidden, I = pr.h_inter, E = pr.E_experts;

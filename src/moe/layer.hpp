@@ -64,8 +64,12 @@ class MoeLayerImpl {
  public:
   virtual ~MoeLayerImpl() = default;
   virtual void forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) = 0;
+  // Waits for the last forward and reports what went wrong on the device, if anything. Harnesses call it
+  // after their timing; the default is a checked stream synchronisation.
+  virtual void finish(cudaStream_t stream);
   virtual std::string name() const = 0;
-  // Bytes this rank sent to other ranks in the last forward (dispatch + combine), for NVLink GB/s.
+  // Bytes that crossed NVLink for this rank in the last forward (dispatch + combine), for NVLink GB/s;
+  // valid after finish().
   virtual std::int64_t last_peer_bytes() const = 0;
 };
 

@@ -6,13 +6,14 @@
 //
 //   region          shape                          who writes            who reads
 //   tokens          [T][h] elem                    this rank (input)     owners, pulling (dispatch)
-//   send_pairs      [T·k] int32, expert-major      this rank             owners: which pairs to pull
-//   send_offsets    [E+1] int32                    this rank             owners: where expert e's pairs start
+//   send_counts     [E] int32                      this rank (route)     owners: pairs per expert
+//   send_lists      [E][T] int32                   this rank (route)     owners: which pairs to pull
 //   dispatch        [capacity rows][h] elem        this rank's dispatch  L1 TMA loads (A operand)
 //   row_sources     [capacity rows] RowSource      this rank's dispatch  L2 epilogue: where a row goes
 //   ring            [S slots][b_m][h_inter] elem   L1 epilogue (SwiGLU)  L2 TMA loads (A operand)
 //   combine         [T][k][h] out                  owners' L2 epilogues  this rank's top-k reduction
-//   counters        uint32, see ReadinessCounters  local and remote      bounded spin-waits
+//   counters        uint32, see ReadinessCounters  local and remote      bounded spin-waits (zeroed per call)
+//   epochs          uint32, see EpochFlags         this rank and peers   call-to-call handshakes (never zeroed)
 //
 // Alignment: every region starts on 128 B (TMA global addresses and whole cache lines); every row pitch is
 // a multiple of 16 B (one st.global.v4 / TMA stride unit). Row pitches are h·elem, h_inter·elem and
@@ -42,14 +43,18 @@ struct TokenBuffer {
   XSTAGE_HD constexpr std::int64_t token_offset(int token) const { return region.offset_bytes + token * row_pitch_bytes; }
 };
 
-// The source rank's pair list: pair indices t·k + j grouped by expert (token order inside an expert),
-// and E + 1 offsets into it. An owner pulling expert e from source s reads
-// send_pairs[send_offsets[e] .. send_offsets[e+1]) on s; the length is counts[s][e].
-struct SendPairList {
-  Region pairs;    // int32 [T·k]
-  Region offsets;  // int32 [E + 1]
-  XSTAGE_HD constexpr std::int64_t pair_offset(int i) const { return pairs.offset_bytes + 4LL * i; }
-  XSTAGE_HD constexpr std::int64_t expert_offset(int e) const { return offsets.offset_bytes + 4LL * e; }
+// The source rank's routing as the owners read it: counts[e] pairs go to expert e, and row e of `lists`
+// holds their indices t·k + j in token order (the first counts[e] entries; a token picks an expert at most
+// once, so a row never holds more than T entries). An owner pulling expert e from source s reads
+// lists[e][0 .. counts[e]) on s.
+struct SendLists {
+  Region counts;  // int32 [E]
+  Region lists;   // int32 [E][T]
+  int T_tokens = 0;
+  XSTAGE_HD constexpr std::int64_t count_offset(int e) const { return counts.offset_bytes + 4LL * e; }
+  XSTAGE_HD constexpr std::int64_t pair_offset(int e, int i) const {
+    return lists.offset_bytes + 4LL * (static_cast<std::int64_t>(e) * T_tokens + i);
+  }
 };
 
 // The owner's dispatch buffer: expert-major, each expert's rows contiguous and padded to b_m, so
@@ -100,14 +105,15 @@ struct CombineBuffer {
   XSTAGE_HD constexpr std::int64_t row_offset(int token, int j) const { return pair_offset(token * top_k + j); }
 };
 
-// Device-side readiness counters, uint32, monotone within a call (zeroed between calls). Every wait on
-// them is a bounded spin that reports which counter, which value and which target on timeout.
-//   dispatch_ready[p]  local: rows of scheduler row p pulled in; L1 (p, *) waits for valid_rows(p).
+// Device-side readiness counters, uint32, zeroed by their own rank at the start of every call (before it
+// publishes send_ready, so no peer can touch them in between). Every wait on them is a bounded spin that
+// reports which counter, which value and which target on timeout.
+//   dispatch_ready[p]  local: rows of scheduler row p written (pulled rows and padding); L1 (p, *) waits for b_m.
 //   l1_done[slot]      local: L1 tiles finished for the slot's rows; L2 (p, *) waits for P1·(gen(p)+1).
 //   l2_done[slot]      local: L2 tiles finished; L1 (p, *) with gen(p) >= 1 waits for P2·gen(p) (slot free).
-//   send_ready         written by this rank once tokens/send_pairs are published; owners wait for it.
-//   combine_arrived    remote atomics from owners: combine rows × P2 n-blocks landed (fence, then add);
-//                      the reduction waits for tokens·k·P2.
+//   combine_arrived    remote adds from owners: combine rows × P2 n-blocks landed (fence, then add);
+//                      the top-k reduction waits for T_s·k·P2.
+//   ctas_finished      local: CTAs past the reduction; the last one signals every peer (EpochFlags).
 struct ReadinessCounters {
   Region region;
   int max_rows = 0;  // dispatch_ready entries (capacity_rows / b_m)
@@ -115,9 +121,22 @@ struct ReadinessCounters {
   XSTAGE_HD constexpr std::int64_t dispatch_ready(int p) const { return region.offset_bytes + 4LL * p; }
   XSTAGE_HD constexpr std::int64_t l1_done(int slot) const { return region.offset_bytes + 4LL * (max_rows + slot); }
   XSTAGE_HD constexpr std::int64_t l2_done(int slot) const { return region.offset_bytes + 4LL * (max_rows + slots + slot); }
-  XSTAGE_HD constexpr std::int64_t send_ready() const { return region.offset_bytes + 4LL * (max_rows + 2 * slots); }
-  XSTAGE_HD constexpr std::int64_t combine_arrived() const { return send_ready() + 4; }
+  XSTAGE_HD constexpr std::int64_t combine_arrived() const { return region.offset_bytes + 4LL * (max_rows + 2 * slots); }
+  XSTAGE_HD constexpr std::int64_t ctas_finished() const { return combine_arrived() + 4; }
   XSTAGE_HD constexpr int count() const { return max_rows + 2 * slots + 2; }
+};
+
+// Call epochs (1, 2, ...), monotone for the life of the window, so no rank ever has to reset a flag a peer
+// writes:
+//   send_ready         this rank: its tokens and send lists of call `epoch` are published.
+//   peer_finished[s]   written by peer s: s has finished every read of this rank's call-`epoch` data, so
+//                      the next call may overwrite it.
+struct EpochFlags {
+  Region region;
+  int P_ranks = 0;
+  XSTAGE_HD constexpr std::int64_t send_ready() const { return region.offset_bytes; }
+  XSTAGE_HD constexpr std::int64_t peer_finished(int s) const { return region.offset_bytes + 4LL * (1 + s); }
+  XSTAGE_HD constexpr int count() const { return 1 + P_ranks; }
 };
 
 // Targets of the waits above, in one place (the kernel and the CPU simulation share them).
@@ -126,11 +145,12 @@ XSTAGE_HD constexpr std::uint32_t slot_free_target(int p, int slots, int P2) { r
 
 struct SymmetricWindow {
   TokenBuffer tokens;
-  SendPairList send;
+  SendLists send;
   DispatchBuffer dispatch;
   IntermediateRing ring;
   CombineBuffer combine;
   ReadinessCounters counters;
+  EpochFlags epochs;
   std::int64_t total_bytes = 0;
 };
 
@@ -148,8 +168,9 @@ XSTAGE_HD inline SymmetricWindow window_layout(const MoeProblem& pr, std::int64_
   const std::int64_t T = pr.T_tokens, k = pr.top_k, eb = pr.elem_bytes();
   w.tokens.row_pitch_bytes = pr.h_hidden * eb;
   w.tokens.region = take_region(at, T * w.tokens.row_pitch_bytes);
-  w.send.pairs = take_region(at, 4 * T * k);
-  w.send.offsets = take_region(at, 4LL * (pr.E_experts + 1));
+  w.send.T_tokens = pr.T_tokens;
+  w.send.counts = take_region(at, 4LL * pr.E_experts);
+  w.send.lists = take_region(at, 4LL * pr.E_experts * T);
   w.dispatch.capacity_rows = capacity_rows;
   w.dispatch.row_pitch_bytes = pr.h_hidden * eb;
   w.dispatch.b_m = pr.b_m;
@@ -167,6 +188,8 @@ XSTAGE_HD inline SymmetricWindow window_layout(const MoeProblem& pr, std::int64_
   w.counters.max_rows = w.dispatch.max_scheduler_rows();
   w.counters.slots = ring_slots;
   w.counters.region = take_region(at, 4LL * w.counters.count());
+  w.epochs.P_ranks = pr.P_ranks;
+  w.epochs.region = take_region(at, 4LL * w.epochs.count());
   w.total_bytes = at;
   return w;
 }

@@ -75,8 +75,8 @@ TEST(MoeLayout, RegionsDisjointAlignedAndInBounds) {
     const MoeProblem pr = deepseek(P);
     const std::int64_t cap = expected_capacity_rows(pr, 1.25);
     const SymmetricWindow w = plan_window(pr, cap, 16);
-    std::vector<Region> regions{w.tokens.region, w.send.pairs, w.send.offsets, w.dispatch.region, w.dispatch.row_sources,
-                                w.ring.region,   w.combine.region, w.counters.region};
+    std::vector<Region> regions{w.tokens.region, w.send.counts, w.send.lists, w.dispatch.region, w.dispatch.row_sources,
+                                w.ring.region,   w.combine.region, w.counters.region, w.epochs.region};
     std::sort(regions.begin(), regions.end(), [](const Region& a, const Region& b) { return a.offset_bytes < b.offset_bytes; });
     for (std::size_t i = 0; i < regions.size(); ++i) {
       EXPECT_EQ(regions[i].offset_bytes % kTmaAlignBytes, 0);
@@ -91,16 +91,18 @@ TEST(MoeLayout, RegionsDisjointAlignedAndInBounds) {
       return off >= r.offset_bytes && off + bytes <= r.end_bytes();
     };
     EXPECT_TRUE(inside(w.tokens.region, w.tokens.token_offset(pr.T_tokens - 1), w.tokens.row_pitch_bytes));
-    EXPECT_TRUE(inside(w.send.pairs, w.send.pair_offset(pr.T_tokens * pr.top_k - 1), 4));
-    EXPECT_TRUE(inside(w.send.offsets, w.send.expert_offset(pr.E_experts), 4));
+    EXPECT_TRUE(inside(w.send.counts, w.send.count_offset(pr.E_experts - 1), 4));
+    EXPECT_TRUE(inside(w.send.lists, w.send.pair_offset(pr.E_experts - 1, pr.T_tokens - 1), 4));
+    EXPECT_EQ(w.send.pair_offset(1, 0) - w.send.pair_offset(0, 0), 4LL * pr.T_tokens);
     EXPECT_TRUE(inside(w.dispatch.region, w.dispatch.row_offset(cap - 1), w.dispatch.row_pitch_bytes));
     EXPECT_TRUE(inside(w.dispatch.region, w.dispatch.m_block_offset(w.dispatch.max_scheduler_rows() - 1), pr.b_m * w.dispatch.row_pitch_bytes));
     EXPECT_TRUE(inside(w.dispatch.row_sources, w.dispatch.row_source_offset(cap - 1), sizeof(RowSource)));
     EXPECT_TRUE(inside(w.ring.region, w.ring.l1_tile_offset(15, pr.P1_l1_n_blocks() - 1) + (pr.b_m - 1) * w.ring.row_pitch_bytes,
                        (pr.b_n / 2) * pr.elem_bytes()));
     EXPECT_TRUE(inside(w.combine.region, w.combine.row_offset(pr.T_tokens - 1, pr.top_k - 1), w.combine.row_pitch_bytes));
-    EXPECT_TRUE(inside(w.counters.region, w.counters.combine_arrived(), 4));
+    EXPECT_TRUE(inside(w.counters.region, w.counters.ctas_finished(), 4));
     EXPECT_TRUE(inside(w.counters.region, w.counters.l2_done(15), 4));
+    EXPECT_TRUE(inside(w.epochs.region, w.epochs.peer_finished(P - 1), 4));
   }
 }
 
@@ -110,9 +112,13 @@ TEST(MoeLayout, CountersAndRingSlotsDoNotAlias) {
   std::set<std::int64_t> offs;
   for (int p = 0; p < w.counters.max_rows; ++p) offs.insert(w.counters.dispatch_ready(p));
   for (int s = 0; s < 5; ++s) offs.insert(w.counters.l1_done(s)), offs.insert(w.counters.l2_done(s));
-  offs.insert(w.counters.send_ready());
   offs.insert(w.counters.combine_arrived());
+  offs.insert(w.counters.ctas_finished());
   EXPECT_EQ(static_cast<int>(offs.size()), w.counters.count());
+  std::set<std::int64_t> epochs{w.epochs.send_ready()};
+  for (int s = 0; s < pr.P_ranks; ++s) epochs.insert(w.epochs.peer_finished(s));
+  EXPECT_EQ(static_cast<int>(epochs.size()), w.epochs.count());
+  EXPECT_GE(*epochs.begin(), w.counters.region.end_bytes());
   // Ring: rows p and p + S share a slot, generations count the occupants; targets follow.
   EXPECT_EQ(w.ring.row_offset(2, 0), w.ring.row_offset(7, 0));
   EXPECT_NE(w.ring.row_offset(2, 0), w.ring.row_offset(3, 0));

@@ -1,0 +1,203 @@
+#include "moe/megamoe.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "common/error.hpp"
+#include "moe/megamoe_kernel.cuh"
+#include "moe/schedule_host.hpp"
+
+namespace xstage::moe {
+namespace {
+
+std::string s(long long v) { return std::to_string(v); }
+
+// Waits (bounded) until every peer has finished reading this rank's data of call `epoch - 1`.
+__global__ void prologue_kernel(char* local, EpochFlags flags, int rank, int P, std::uint32_t epoch, WaitContext ctx) {
+  const int peer = threadIdx.x;
+  if (peer < P && peer != rank)
+    wait_counter<true>(ctx, reinterpret_cast<const std::uint32_t*>(local + flags.peer_finished(peer)), epoch - 1,
+                       MoeWait::peer_finished, peer);
+}
+
+// Block e lists this rank's pairs t·k + j with ids[t][j] == e in token order (a stable compaction: ballots
+// within a warp, warp totals across the block), and stores their count.
+constexpr int kRouteThreads = 256;
+__global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t* ids, int tokens, int k, char* local, SendLists send) {
+  __shared__ int warp_total[kRouteThreads / 32];
+  const int e = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int* list = reinterpret_cast<int*>(local + send.pair_offset(e, 0));
+  int base = 0;
+  for (int t0 = 0; t0 < tokens; t0 += kRouteThreads) {
+    const int t = t0 + threadIdx.x;
+    int hit = -1;
+    if (t < tokens)
+      for (int j = 0; j < k; ++j)
+        if (ids[static_cast<std::int64_t>(t) * k + j] == e) hit = j;
+    const unsigned mask = __ballot_sync(0xffffffffu, hit >= 0);
+    if (lane == 0) warp_total[warp] = __popc(mask);
+    __syncthreads();
+    int before = base, total = 0;
+    for (int q = 0; q < kRouteThreads / 32; ++q) {
+      if (q < warp) before += warp_total[q];
+      total += warp_total[q];
+    }
+    if (hit >= 0) list[before + __popc(mask & ((1u << lane) - 1u))] = t * k + hit;
+    base += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *reinterpret_cast<int*>(local + send.count_offset(e)) = base;
+}
+
+MegaMoeConfig::TmaLoad make_tma(const void* base, std::int64_t rows, int K) {
+  using namespace cute;
+  auto tensor = make_tensor(make_gmem_ptr(static_cast<MegaMoeConfig::Element const*>(base)),
+                            make_shape(static_cast<int32_t>(rows), static_cast<int32_t>(K)),
+                            make_stride(static_cast<int64_t>(K), _1{}));
+  return make_tma_copy(SM90_TMA_LOAD{}, tensor, take<0, 2>(MegaMoeConfig::SmemLayoutAB{}), MegaMoeConfig::TileShapeAB{}, _1{});
+}
+
+const char* wait_name(MoeWait w) {
+  switch (w) {
+    case MoeWait::peer_send_ready: return "send_ready of peer rank";
+    case MoeWait::dispatch_ready: return "dispatch_ready of scheduler row";
+    case MoeWait::l1_done: return "l1_done of ring slot";
+    case MoeWait::l2_done: return "l2_done of ring slot";
+    case MoeWait::combine_arrived: return "combine_arrived (rows x n-blocks stored by the owners)";
+    case MoeWait::peer_finished: return "peer_finished of peer rank";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+const char* to_string(MoeScheduleKind kind) { return kind == MoeScheduleKind::expert_wave ? "expert-wave" : "interleaved"; }
+
+std::string describe(const MoeDeviceStatus& st, double timeout_s) {
+  const auto what = static_cast<MoeWait>(st.what);
+  if (what == MoeWait::capacity)
+    return "MegaMoE dispatch capacity exceeded on rank " + s(st.rank) + ": its experts receive " + s(st.value) +
+           " rows (padded to b_m per expert) but the window holds " + s(st.target) +
+           "; construct the layer with a larger capacity slack (0 = worst case, always enough)";
+  if (what == MoeWait::accumulator_layout)
+    return "MegaMoE internal error on rank " + s(st.rank) + ": the wgmma accumulator layout does not pair gate and up columns";
+  std::string index = st.index >= 0 ? "[" + s(st.index) + "]" : "";
+  return "MegaMoE timed out after " + std::to_string(timeout_s) + " s on rank " + s(st.rank) + ", CTA " + s(st.cta) +
+         " waiting for " + wait_name(what) + index + " = " + s(st.value) + " (needs " + s(st.target) + ") in call " +
+         s(st.epoch) + (what == MoeWait::peer_send_ready || what == MoeWait::peer_finished
+                            ? ": that rank never got there (crashed, or runs a different layer/shape)"
+                            : "");
+}
+
+FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const FusedMoeOptions& opt) : pr_(pr), rt_(rt), opt_(opt) {
+  validate(pr_);
+  require_input(pr_.dtype == DType::bf16, "MegaMoE: only bf16 is implemented in the fused kernel (fp8 W8A8: see docs/MOE.md)");
+  require_input(pr_.b_m == MegaMoeConfig::kBlockM && pr_.b_n == MegaMoeConfig::kBlockN,
+                "MegaMoE: the fused kernel uses 128 x 128 tiles (got " + s(pr_.b_m) + " x " + s(pr_.b_n) + ")");
+  require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + s(pr_.P_ranks) + " ranks but the job has " +
+                                                    s(rt.world_size()));
+  require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + s(kMaxEpRanks) + " expert-parallel ranks (got " + s(pr_.P_ranks) + ")");
+  require_input(pr_.P_ranks <= rt.lsa_size(), "MegaMoE: every rank must reach every other by NVLink loads/stores (LSA team of " +
+                                                  s(rt.lsa_size()) + " < " + s(pr_.P_ranks) + " ranks)");
+  require_input(pr_.E_local() <= MegaMoeConfig::kMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= MegaMoeConfig::kMaxCounts,
+                "MegaMoE: too many local experts (" + s(pr_.E_local()) + ") for the kernel's shared-memory tables");
+  require_input(opt_.timeout_s > 0 && std::isfinite(opt_.timeout_s), "MegaMoE: the device timeout must be positive");
+
+  int device = 0, sms = 0;
+  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  grid_ = sms;
+  D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(D_knee_rows(pr_, grid_));
+  wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
+  require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + s(wave_experts_) + " exceeds the " + s(pr_.E_local()) + " local experts");
+
+  const std::int64_t capacity = opt_.capacity_slack > 0 ? expected_capacity_rows(pr_, opt_.capacity_slack) : worst_case_capacity_rows(pr_);
+  window_ = plan_window(pr_, capacity, static_cast<int>(capacity / pr_.b_m));  // ring = plain buffer: no slot reuse
+  buffer_ = std::make_unique<comm::SymmetricBuffer>(rt_, static_cast<std::size_t>(window_.total_bytes));
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(buffer_->local(), 0, window_.total_bytes, rt_.stream()));
+  for (int r = 0; r < pr_.P_ranks; ++r)
+    peer_[r] = r == rt_.rank() ? static_cast<char*>(buffer_->local()) : static_cast<char*>(buffer_->peer_pointer(r));
+  XSTAGE_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(MoeDeviceStatus), cudaHostAllocMapped));
+  *status_ = MoeDeviceStatus{};
+  XSTAGE_CUDA_CHECK(cudaMalloc(&peer_bytes_, sizeof(unsigned long long)));
+
+  auto kernel_wave = &megamoe_kernel<ExpertWaveSchedule>;
+  auto kernel_inter = &megamoe_kernel<InterleavedSchedule>;
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel_wave, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(MegaMoeSharedStorage)));
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel_inter, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(MegaMoeSharedStorage)));
+  XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
+  rt_.barrier();  // every window is zeroed (epochs included) before any rank's first call
+}
+
+FusedMoeLayer::~FusedMoeLayer() {
+  if (status_) cudaFreeHost(status_);
+  if (peer_bytes_) cudaFree(peer_bytes_);
+}
+
+std::string FusedMoeLayer::name() const {
+  return std::string("megamoe-") + to_string(opt_.schedule) +
+         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + s(D_rows_) : " W=" + s(wave_experts_));
+}
+
+void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
+  require_input(in.problem.P_ranks == pr_.P_ranks && in.problem.E_experts == pr_.E_experts && in.problem.top_k == pr_.top_k &&
+                    in.problem.h_hidden == pr_.h_hidden && in.problem.h_inter == pr_.h_inter && in.problem.T_tokens <= pr_.T_tokens,
+                "MegaMoE: the inputs' problem differs from the layer's (" + xstage::moe::describe(in.problem) + " vs " +
+                    xstage::moe::describe(pr_) + ")");
+  require_input(in.tokens >= 0 && in.tokens <= pr_.T_tokens, "MegaMoE: " + s(in.tokens) + " tokens exceed T = " + s(pr_.T_tokens));
+  const std::uint32_t epoch = ++epoch_;
+  char* local = static_cast<char*>(buffer_->local());
+  const WaitContext ctx{status_, static_cast<std::uint64_t>(opt_.timeout_s * 1e9), rt_.rank(), epoch};
+
+  prologue_kernel<<<1, kMaxEpRanks, 0, stream>>>(local, window_.epochs, rt_.rank(), pr_.P_ranks, epoch, ctx);
+  XSTAGE_CUDA_CHECK_LAUNCH();
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(local + window_.counters.region.offset_bytes, 0, window_.counters.region.size_bytes, stream));
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(peer_bytes_, 0, sizeof(unsigned long long), stream));
+  if (in.tokens > 0)
+    XSTAGE_CUDA_CHECK(cudaMemcpyAsync(local + window_.tokens.region.offset_bytes, in.tokens_bf16.get(),
+                                      static_cast<std::size_t>(in.tokens) * window_.tokens.row_pitch_bytes, cudaMemcpyDeviceToDevice, stream));
+  route_kernel<<<pr_.E_experts, kRouteThreads, 0, stream>>>(in.topk_ids.get<std::int32_t>(), in.tokens, pr_.top_k, local, window_.send);
+  XSTAGE_CUDA_CHECK_LAUNCH();
+
+  MegaMoeParams prm;
+  prm.pr = pr_;
+  prm.win = window_;
+  prm.local = local;
+  for (int r = 0; r < pr_.P_ranks; ++r) prm.peer[r] = peer_[r];
+  prm.rank = rt_.rank();
+  prm.tokens = in.tokens;
+  prm.epoch = epoch;
+  prm.D_rows = D_rows_;
+  prm.wave_experts = wave_experts_;
+  prm.topk_weights = in.topk_weights.get<float>();
+  prm.out = out.out_bf16.get<__nv_bfloat16>();
+  prm.wait = ctx;
+  prm.peer_bytes = peer_bytes_;
+  const int EL = pr_.E_local(), h = pr_.h_hidden, I = pr_.h_inter;
+  prm.tma_a1 = make_tma(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
+  prm.tma_b1 = make_tma(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
+  prm.tma_a2 = make_tma(local + window_.ring.region.offset_bytes, static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
+  prm.tma_b2 = make_tma(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+
+  // Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the
+  // launch fails with a clear error instead of hanging if they cannot be.
+  void* args[] = {&prm};
+  const void* kernel = opt_.schedule == MoeScheduleKind::interleaved ? reinterpret_cast<const void*>(&megamoe_kernel<InterleavedSchedule>)
+                                                                     : reinterpret_cast<const void*>(&megamoe_kernel<ExpertWaveSchedule>);
+  XSTAGE_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(grid_), dim3(MegaMoeConfig::kThreads), args,
+                                                sizeof(MegaMoeSharedStorage), stream));
+}
+
+void FusedMoeLayer::finish(cudaStream_t stream) {
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (status_->failed) throw PlatformError(describe(*status_, opt_.timeout_s));
+  XSTAGE_CUDA_CHECK(err);
+  unsigned long long bytes = 0;
+  XSTAGE_CUDA_CHECK(cudaMemcpy(&bytes, peer_bytes_, sizeof bytes, cudaMemcpyDeviceToHost));
+  last_peer_bytes_ = static_cast<std::int64_t>(bytes);
+}
+
+}  // namespace xstage::moe

@@ -1,0 +1,69 @@
+// The fused MegaMoE layer (megamoe_kernel.cuh) as a MoeLayerImpl: one symmetric window per layer, and per
+// forward four stream-ordered steps with no host synchronisation:
+//   1. prologue   wait (bounded) until every peer has finished reading this rank's previous call;
+//   2. publish    copy this call's tokens into the window, zero the per-call counters, and route: per
+//                 expert, the count and token-ordered list of this rank's (token, k) pairs;
+//   3. MegaMoE    the persistent kernel: raise send_ready, dispatch by pulling, Linear-1 + SwiGLU,
+//                 Linear-2 with remote-store combine, top-k reduction; the last CTA signals the peers;
+//   4. finish()   (called by the harness after its timing) synchronises and turns a device-side timeout
+//                 or capacity overflow into an error that says what was awaited.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/runtime.hpp"
+#include "moe/layer.hpp"
+#include "moe/layout.hpp"
+#include "moe/megamoe_device.cuh"
+
+namespace xstage::moe {
+
+enum class MoeScheduleKind { expert_wave, interleaved };
+const char* to_string(MoeScheduleKind kind);
+
+struct FusedMoeOptions {
+  MoeScheduleKind schedule = MoeScheduleKind::interleaved;
+  int D_rows = 0;                 // interleaved lead; 0 = D_knee from the model (schedule_host.hpp)
+  int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
+  double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
+  double timeout_s = 10.0;        // every device-side wait
+};
+
+class FusedMoeLayer final : public MoeLayerImpl {
+ public:
+  // Allocates the symmetric window on every rank (collective: all ranks construct together).
+  FusedMoeLayer(const MoeProblem& problem, comm::Runtime& rt, const FusedMoeOptions& options);
+  ~FusedMoeLayer() override;
+  FusedMoeLayer(const FusedMoeLayer&) = delete;
+  FusedMoeLayer& operator=(const FusedMoeLayer&) = delete;
+
+  void forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) override;
+  void finish(cudaStream_t stream) override;
+  std::string name() const override;
+  std::int64_t last_peer_bytes() const override { return last_peer_bytes_; }
+
+  const SymmetricWindow& window() const { return window_; }
+  int D_rows() const { return D_rows_; }
+  int wave_experts() const { return wave_experts_; }
+  int grid() const { return grid_; }
+
+ private:
+  MoeProblem pr_;
+  comm::Runtime& rt_;
+  FusedMoeOptions opt_;
+  SymmetricWindow window_;
+  std::unique_ptr<comm::SymmetricBuffer> buffer_;
+  char* peer_[kMaxEpRanks] = {};
+  MoeDeviceStatus* status_ = nullptr;  // host-mapped
+  unsigned long long* peer_bytes_ = nullptr;
+  std::uint32_t epoch_ = 0;
+  int grid_ = 0, D_rows_ = 1, wave_experts_ = 1;
+  std::int64_t last_peer_bytes_ = 0;
+};
+
+// "timed out after 10 s on rank 1, CTA 7 waiting for dispatch_ready[12] = 64 (needs 128) in call 3".
+std::string describe(const MoeDeviceStatus& status, double timeout_s);
+
+}  // namespace xstage::moe

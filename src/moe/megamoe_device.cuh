@@ -1,0 +1,115 @@
+// Device-side plumbing of the MegaMoE kernel: scoped loads/stores/adds on the readiness counters, the
+// proxy fence between generic stores and TMA loads, and bounded waits that report what they waited for.
+//
+// No device-side wait in xstage is unbounded. A counter wait that passes its deadline records which
+// counter, its value and the target in host-mapped memory (MoeDeviceStatus), fences it to the system and
+// traps: the kernel ends, and the host reads the record instead of a bare "launch failure".
+#pragma once
+
+#include <cstdint>
+
+#include "common/device_clock.cuh"
+
+namespace xstage::moe {
+
+inline constexpr int kMaxEpRanks = 8;  // one NVLink domain of H200s; the kernel's per-source arrays
+
+// What a failed wait was waiting for (MoeDeviceStatus::what).
+enum class MoeWait : std::int32_t {
+  none = 0,
+  peer_send_ready,   // index = peer rank: it never published its tokens for this call
+  dispatch_ready,    // index = scheduler row p
+  l1_done,           // index = ring slot
+  l2_done,           // index = ring slot
+  combine_arrived,   // index = -1: rows × n-blocks of this rank's tokens that owners have stored
+  peer_finished,     // index = peer rank: it never finished reading this rank's previous call
+  capacity,          // not a wait: value = dispatch rows needed, target = capacity rows
+  accumulator_layout,  // not a wait: the wgmma accumulator layout is not the one SwiGLU pairs columns in
+};
+
+// One record per rank, in host-mapped memory; the first failing thread fills it.
+struct MoeDeviceStatus {
+  std::uint32_t failed;
+  std::int32_t what;
+  std::int32_t rank;
+  std::int32_t cta;
+  std::int32_t index;
+  std::uint32_t value;
+  std::uint32_t target;
+  std::uint32_t epoch;
+};
+
+#if defined(__CUDACC__)
+
+__device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ std::uint32_t ld_acquire_sys(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_relaxed_sys(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_gpu_add(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_release_sys_add(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Orders this thread's generic-proxy global writes before later async-proxy (TMA) accesses, and the
+// reader's acquire before its TMA loads: used on both sides of every counter a TMA load waits for.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// Records the failure (first thread wins) and ends the kernel.
+__device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait what, int rank, int index,
+                                             std::uint32_t value, std::uint32_t target, std::uint32_t epoch) {
+  if (atomicCAS_system(&status->failed, 0u, 1u) == 0u) {
+    volatile MoeDeviceStatus* s = status;
+    s->what = static_cast<std::int32_t>(what);
+    s->rank = rank;
+    s->cta = static_cast<std::int32_t>(blockIdx.x);
+    s->index = index;
+    s->value = value;
+    s->target = target;
+    s->epoch = epoch;
+    __threadfence_system();
+  }
+  __trap();
+}
+
+// Everything a bounded wait needs to report a timeout.
+struct WaitContext {
+  MoeDeviceStatus* status;
+  std::uint64_t timeout_ns;
+  int rank;
+  std::uint32_t epoch;
+};
+
+// Spins until *counter - target >= 0 (wrap-safe), with acquire at GPU (kSystem = false) or system scope.
+template <bool kSystem>
+__device__ __forceinline__ void wait_counter(const WaitContext& ctx, const std::uint32_t* counter, std::uint32_t target,
+                                             MoeWait what, int index) {
+  auto load = [&] { return kSystem ? ld_acquire_sys(counter) : ld_acquire_gpu(counter); };
+  std::uint32_t v = load();
+  if (static_cast<std::int32_t>(v - target) >= 0) return;
+  const std::uint64_t deadline = global_timer_ns() + ctx.timeout_ns;
+  for (std::uint32_t spins = 0;; ++spins) {
+    v = load();
+    if (static_cast<std::int32_t>(v - target) >= 0) return;
+    if ((spins & 63u) == 63u && global_timer_ns() > deadline)
+      moe_device_fail(ctx.status, what, ctx.rank, index, v, target, ctx.epoch);
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace xstage::moe

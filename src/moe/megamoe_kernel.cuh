@@ -1,0 +1,471 @@
+// The MegaMoE kernel for Hopper (sm_90a), bf16: dispatch -> Linear-1 -> SwiGLU -> Linear-2 -> combine in
+// one persistent, warp-specialized kernel, one CTA per SM (docs/MOE.md, "Hopper kernel mapping").
+//
+// 384 threads per CTA:
+//   warp 0, lane 0   TMA producer: walks the schedule; per tile waits for its inputs (dispatch_ready for
+//                    L1, l1_done for L2, l2_done when a ring slot is reused), then loads the A and B
+//                    k-blocks into a kStages-deep shared-memory pipeline.
+//   warps 1-2        dispatch: pull this CTA's scheduler rows (p = g, g + Gs, ...) from the source ranks'
+//                    token buffers over NVLink into the local expert-major dispatch buffer, write each
+//                    row's RowSource, raise dispatch_ready[p].
+//   warp 3           storer: drains the double-buffered staging of each L2 tile with 16-byte remote
+//                    stores into the source rank's combine buffer (the X-Stage traffic), then fences and
+//                    adds the rows to that source's combine_arrived.
+//   warpgroups 1-2   consumers: 64 rows each of the 128 x 128 tile, wgmma with both operands in shared
+//                    memory. L1 epilogue: SwiGLU in registers (gate column c and up column c + 64 sit in
+//                    the same thread), bf16 into the ring, l1_done. L2 epilogue: wait for a free staging
+//                    slot (where back-pressure from the stores reaches the tensor cores), write it, signal
+//                    the storer.
+// After every role is done, the CTA waits until every owner has stored all rows of this rank's tokens
+// (combine_arrived) and computes its share of the top-k weighted sum (fp32) into the output.
+//
+// The schedule (ExpertWaveSchedule or InterleavedSchedule, scheduler.hpp) is a template parameter: it
+// only orders tiles, the counters keep every dependency.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <type_traits>
+
+#include "common/sm90_wgmma.cuh"
+#include "moe/layout.hpp"
+#include "moe/megamoe_device.cuh"
+#include "moe/problem.hpp"
+#include "moe/routing.hpp"
+#include "moe/scheduler.hpp"
+
+namespace xstage::moe {
+
+struct MegaMoeConfig {
+  static constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 4;
+  static constexpr int kThreads = 384;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kStagingPitch = 136;    // bf16 per staged row: 272 B, 16 B aligned, no bank conflicts
+  static constexpr int kMaxLocalExperts = 512;
+  static constexpr int kMaxCounts = 2048;      // P · E_local counts cached in shared memory
+  using Element = cute::bfloat16_t;
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutAB = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>, cute::Int<kStages>>{}));
+  using TileShapeAB = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>>;
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kBlockK>>>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  static constexpr int kStageBytes = 2 * kBlockM * kBlockK * int(sizeof(Element));  // A + B
+  // Every GEMM operand is a row-major [rows][K] bf16 matrix; one TMA copy type serves all four.
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
+  using TmaLoad = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                               cute::take<0, 2>(SmemLayoutAB{}), TileShapeAB{}, cute::_1{}));
+};
+
+struct MegaMoeParams {
+  MoeProblem pr;
+  SymmetricWindow win;
+  char* local = nullptr;                  // this rank's window
+  char* peer[kMaxEpRanks] = {};           // every rank's window through LSA (peer[rank] = local)
+  int rank = 0;
+  int tokens = 0;                         // T_s of this rank in this call
+  std::uint32_t epoch = 0;
+  int D_rows = 1;                         // interleaved: lead of L1 over L2 (rows)
+  int wave_experts = 1;                   // expert-wave: experts per wave
+  const float* topk_weights = nullptr;    // [T][k]
+  __nv_bfloat16* out = nullptr;           // [T][h]
+  WaitContext wait;
+  unsigned long long* peer_bytes = nullptr;  // bytes pulled from / stored to other ranks (device)
+  typename MegaMoeConfig::TmaLoad tma_a1, tma_b1, tma_a2, tma_b2;  // dispatch, W1, ring, W2
+};
+
+struct MegaMoeSharedStorage {
+  using C = MegaMoeConfig;
+  alignas(1024) cute::array_aligned<C::Element, cute::cosize_v<C::SmemLayoutAB>, 1024> a;
+  alignas(1024) cute::array_aligned<C::Element, cute::cosize_v<C::SmemLayoutAB>, 1024> b;
+  alignas(16) __nv_bfloat16 staging[2][C::kBlockM * C::kStagingPitch];
+  typename C::Pipeline::SharedStorage pipeline;
+  alignas(8) std::uint64_t staging_full[2];
+  alignas(8) std::uint64_t staging_empty[2];
+  int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
+  int first_row[C::kMaxLocalExperts + 1];   // O_e
+};
+
+template <class Schedule>
+__device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams& prm, const int* first_row) {
+  const TileStreams streams{SchedulerRows{first_row, prm.pr.E_local()}, prm.pr.P1_l1_n_blocks(), prm.pr.P2_l2_n_blocks()};
+  if constexpr (std::is_same_v<Schedule, InterleavedSchedule>) {
+    return InterleavedSchedule{streams, prm.D_rows, static_cast<int>(gridDim.x)};
+  } else {
+    return ExpertWaveSchedule{streams, prm.wave_experts, static_cast<int>(gridDim.x)};
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reinterpret_cast<T*>(base + offset); }
+
+// ---- roles -----------------------------------------------------------------------------------------
+
+template <class Schedule>
+__device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem, typename MegaMoeConfig::Pipeline& pipeline) {
+  using namespace cute;
+  using C = MegaMoeConfig;
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  const int EL = pr.E_local();
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), C::SmemLayoutAB{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), C::SmemLayoutAB{});
+  Tensor mA1 = prm.tma_a1.get_tma_tensor(make_shape(int32_t(w.dispatch.capacity_rows), pr.h_hidden));
+  Tensor mB1 = prm.tma_b1.get_tma_tensor(make_shape(EL * 2 * pr.h_inter, pr.h_hidden));
+  Tensor mA2 = prm.tma_a2.get_tma_tensor(make_shape(w.ring.slots * pr.b_m, pr.h_inter));
+  Tensor mB2 = prm.tma_b2.get_tma_tensor(make_shape(EL * pr.h_hidden, pr.h_inter));
+  auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
+
+  auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
+    Tensor gA = local_tile(mA, C::TileShapeAB{}, make_coord(a_block, _));  // (128, 64, k-blocks)
+    Tensor gB = local_tile(mB, C::TileShapeAB{}, make_coord(b_block, _));
+    auto [tAgA, tAsA] = tma_partition(tma_a, _0{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+    auto [tBgB, tBsB] = tma_partition(tma_b, _0{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+    const int k_blocks = size<2>(gA);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      pipeline.producer_acquire(state);
+      auto* bar = pipeline.producer_get_barrier(state);
+      copy(tma_a.with(*bar, 0), tAgA(_, kb), tAsA(_, state.index()));
+      copy(tma_b.with(*bar, 0), tBgB(_, kb), tBsB(_, state.index()));
+      ++state;
+    }
+  };
+
+  const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  for (auto s = sched.start(blockIdx.x);;) {
+    const auto step = sched.next(s);
+    s = step.next;
+    const Tile t = step.tile;
+    if (!t.valid()) break;
+    const int slot = w.ring.slot(t.row);
+    if (t.stage == Stage::L1) {
+      wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.dispatch_ready(t.row)), pr.b_m,
+                          MoeWait::dispatch_ready, t.row);
+      if (w.ring.generation(t.row) > 0)
+        wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l2_done(slot)),
+                            slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
+      fence_proxy_async_global();
+      load_tile(prm.tma_a1, mA1, t.row, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block);
+    } else {
+      wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
+                          l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
+      fence_proxy_async_global();
+      load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+    }
+  }
+}
+
+// Pulls scheduler rows p = g, g + Gs, ... : warp `dw` (0 or 1) takes rows [64·dw, 64·dw + 64) of each.
+__device__ void dispatch_role(const MegaMoeParams& prm, const MegaMoeSharedStorage& smem, int dw) {
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
+  const int num_rows = smem.first_row[EL];
+  const int chunks = pr.h_hidden / 8;  // 16-byte pieces of one token row
+  const SchedulerRows rows{smem.first_row, EL};
+  unsigned long long remote_bytes = 0;
+  for (int p = blockIdx.x; p < num_rows; p += gridDim.x) {
+    const int e = rows.expert_of_row(p);
+    const int first_in_expert = (p - smem.first_row[e]) * pr.b_m;
+    int rows_e = 0;
+    for (int s = 0; s < P; ++s) rows_e += smem.counts[s * EL + e];
+    for (int half = 0; half < 2; ++half) {
+      // Lane `lane` resolves row r of the block: its source rank and pair (a remote 4-byte load).
+      const int r = 64 * dw + 32 * half + lane;
+      const int i = first_in_expert + r;  // row inside the expert
+      RowSource src{};
+      if (i < rows_e) {
+        int s = 0, before = 0;
+        while (i >= before + smem.counts[s * EL + e]) before += smem.counts[s * EL + e], ++s;
+        src.rank = s;
+        src.pair = ld_relaxed_sys(at<const int>(prm.peer[s], w.send.pair_offset(pr.global_expert(prm.rank, e), i - before)));
+      }
+      const std::int64_t row = static_cast<std::int64_t>(p) * pr.b_m + r;
+      *at<RowSource>(prm.local, w.dispatch.row_source_offset(row)) = src;
+      // Copy the 32 rows one after another, the whole warp on each (8 x 16 B in flight per lane).
+      for (int q = 0; q < 32; ++q) {
+        const int s = __shfl_sync(0xffffffffu, src.rank, q);
+        const int pair = __shfl_sync(0xffffffffu, src.pair, q);
+        if (pair < 0) continue;
+        const uint4* from = at<const uint4>(prm.peer[s], w.tokens.token_offset(pair / k));
+        uint4* to = at<uint4>(prm.local, w.dispatch.row_offset(static_cast<std::int64_t>(p) * pr.b_m + 64 * dw + 32 * half + q));
+        for (int c0 = 0; c0 < chunks; c0 += 32 * 8) {
+          uint4 v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int c = c0 + 32 * u + lane;
+            if (c < chunks) v[u] = from[c];
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int c = c0 + 32 * u + lane;
+            if (c < chunks) to[c] = v[u];
+          }
+        }
+        if (s != prm.rank) remote_bytes += static_cast<unsigned long long>(pr.h_hidden) * 2;
+      }
+    }
+    fence_proxy_async_global();
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.dispatch_ready(p)), 64);
+  }
+  if (lane == 0 && remote_bytes) atomicAdd(prm.peer_bytes, remote_bytes);
+}
+
+template <class Schedule>
+__device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem) {
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  const int lane = threadIdx.x % 32, P = pr.P_ranks;
+  const int piece = lane % 16;  // 16-byte piece of the 256-byte row segment (128 bf16 columns)
+  unsigned long long remote_bytes = 0;
+  const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  int j = 0;  // this CTA's L2 tiles so far
+  for (auto s = sched.start(blockIdx.x);;) {
+    const auto step = sched.next(s);
+    s = step.next;
+    const Tile t = step.tile;
+    if (!t.valid()) break;
+    if (t.stage != Stage::L2) continue;
+    const int slot = j & 1;
+    cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], (j >> 1) & 1);
+    const __nv_bfloat16* staged = smem.staging[slot];
+    const RowSource* sources = at<const RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m));
+    const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * MegaMoeConfig::kBlockN * 2 + piece * 16;
+    unsigned rows_to[kMaxEpRanks] = {};
+#pragma unroll 4
+    for (int it = 0; it < MegaMoeConfig::kBlockM / 2; ++it) {
+      const int r = 2 * it + lane / 16;
+      const RowSource src = sources[r];
+      if (!src.valid()) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(staged + r * MegaMoeConfig::kStagingPitch + piece * 8);
+      *at<uint4>(prm.peer[src.rank], w.combine.pair_offset(src.pair) + col_bytes) = v;
+#pragma unroll
+      for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && src.rank == q);
+    }
+    __syncwarp();
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
+    __threadfence_system();  // this lane's combine stores are visible before the counts are
+    __syncwarp();
+    for (int q = 0; q < P; ++q) {
+      unsigned n = rows_to[q];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+      if (lane == 0 && n > 0) {
+        red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
+        if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * MegaMoeConfig::kBlockN * 2;
+      }
+    }
+    if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+    ++j;
+  }
+  if (lane == 0 && remote_bytes) atomicAdd(prm.peer_bytes, remote_bytes);
+}
+
+template <class Schedule>
+__device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem, typename MegaMoeConfig::Pipeline& pipeline,
+                              int tid) {
+  using namespace cute;
+  using C = MegaMoeConfig;
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), C::SmemLayoutAB{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), C::SmemLayoutAB{});
+  typename C::TiledMma mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor tCrA = thr.partition_fragment_A(sA);  // (MMA, MMA_M, MMA_K, stages)
+  Tensor tCrB = thr.partition_fragment_B(sB);
+  Tensor acc = partition_fragment_C(mma, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+  Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}));
+  constexpr int kAcc = decltype(size(acc))::value;  // 64: 64 rows x 128 columns per warpgroup
+  static_assert(kAcc == 64);
+  // SwiGLU pairs gate column c < 64 with up column c + 64, which the SM90 accumulator layout puts in
+  // the same thread, 32 values later. Checked once, so a layout change cannot silently break it.
+  for (int v = 0; v < kAcc / 2; ++v)
+    if (get<1>(tCcC(v)) >= 64 || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + 64 || get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
+      moe_device_fail(prm.wait.status, MoeWait::accumulator_layout, prm.rank, v, 0, 0, prm.wait.epoch);
+
+  typename C::Pipeline::PipelineState state;
+  const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  int j = 0;  // L2 tiles so far (staging slot and phase)
+  for (auto s = sched.start(blockIdx.x);;) {
+    const auto step = sched.next(s);
+    s = step.next;
+    const Tile t = step.tile;
+    if (!t.valid()) break;
+    const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
+    // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
+    typename C::Pipeline::PipelineState previous = state;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      pipeline.consumer_wait(state);
+      auto a_stage = tCrA(_, _, _, state.index());
+      if (kb == 0) {
+        wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
+      } else {
+        wgmma_batch<false, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
+      }
+      warpgroup_wait<1>();
+      if (kb > 0) pipeline.consumer_release(previous);
+      previous = state;
+      ++state;
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+    pipeline.consumer_release(previous);
+
+    if (t.stage == Stage::L1) {
+      // act = silu(gate) · up, bf16, into ring columns [n·64, n·64 + 64) of row block p.
+      __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
+      const std::int64_t pitch = pr.h_inter;
+#pragma unroll
+      for (int v = 0; v < kAcc / 2; v += 2) {
+        const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
+        const float g0 = acc(v), g1 = acc(v + 1), u0 = acc(v + kAcc / 2), u1 = acc(v + 1 + kAcc / 2);
+        const float a0 = g0 / (1.0f + __expf(-g0)) * u0, a1 = g1 / (1.0f + __expf(-g1)) * u1;
+        *reinterpret_cast<__nv_bfloat162*>(ring + r * pitch + c) = __floats2bfloat162_rn(a0, a1);
+      }
+      fence_proxy_async_global();
+      __threadfence();
+      cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, 1);
+      if (tid == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l1_done(w.ring.slot(t.row))), 1);
+    } else {
+      const int slot = j & 1;
+      cutlass::arch::ClusterBarrier::wait(&smem.staging_empty[slot], ((j >> 1) & 1) ^ 1);
+      __nv_bfloat16* staged = smem.staging[slot];
+#pragma unroll
+      for (int v = 0; v < kAcc; v += 2) {
+        const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
+        *reinterpret_cast<__nv_bfloat162*>(staged + r * C::kStagingPitch + c) = __floats2bfloat162_rn(acc(v), acc(v + 1));
+      }
+      cutlass::arch::ClusterBarrier::arrive(&smem.staging_full[slot]);
+      ++j;
+    }
+  }
+}
+
+// out[t] = Σ_j w[t][j] · combine[t][j] (fp32), tokens t = g, g + Gs, ... .
+__device__ void reduce_role(const MegaMoeParams& prm) {
+  const MoeProblem& pr = prm.pr;
+  const int k = pr.top_k, chunks = pr.h_hidden / 8;
+  for (int t = blockIdx.x; t < prm.tokens; t += gridDim.x) {
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      float sum[8] = {};
+      for (int j = 0; j < k; ++j) {
+        const float wt = prm.topk_weights[t * k + j];
+        const uint4 v = __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j)) + c);
+        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(h2[q]);
+          sum[2 * q] += wt * f.x;
+          sum[2 * q + 1] += wt * f.y;
+        }
+      }
+      uint4 o;
+      __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) o2[q] = __floats2bfloat162_rn(sum[2 * q], sum[2 * q + 1]);
+      reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = o;
+    }
+  }
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------
+
+template <class Schedule>
+__global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUTE_GRID_CONSTANT MegaMoeParams const prm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using C = MegaMoeConfig;
+  extern __shared__ __align__(1024) char smem_raw[];
+  MegaMoeSharedStorage& smem = *reinterpret_cast<MegaMoeSharedStorage*>(smem_raw);
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  const int P = pr.P_ranks, EL = pr.E_local();
+
+  // 1. Publish this call (CTA 0) and wait until every source has published its own.
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) {
+      __threadfence_system();
+      st_release_sys(at<std::uint32_t>(prm.local, w.epochs.send_ready()), prm.epoch);
+    }
+    for (int s = 0; s < P; ++s)
+      wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.peer[s], w.epochs.send_ready()), prm.epoch,
+                         MoeWait::peer_send_ready, s);
+    cute::prefetch_tma_descriptor(prm.tma_a1.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_b1.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_a2.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_b2.get_tma_descriptor());
+  }
+  __syncthreads();
+  // 2. Counts of every source for the local experts, and the scheduler rows O_e.
+  for (int i = threadIdx.x; i < P * EL; i += blockDim.x)
+    smem.counts[i] = ld_relaxed_sys(at<const int>(prm.peer[i / EL], w.send.count_offset(pr.global_expert(prm.rank, i % EL))));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int e = 0; e < EL; ++e) {
+      smem.first_row[e] = acc;
+      int rows = 0;
+      for (int s = 0; s < P; ++s) rows += smem.counts[s * EL + e];
+      acc += m_blocks(rows, pr.b_m);
+    }
+    smem.first_row[EL] = acc;
+    if (!w.dispatch.fits(static_cast<std::int64_t>(acc) * pr.b_m))
+      moe_device_fail(prm.wait.status, MoeWait::capacity, prm.rank, -1, static_cast<std::uint32_t>(acc) * pr.b_m,
+                      static_cast<std::uint32_t>(w.dispatch.capacity_rows), prm.epoch);
+    cutlass::arch::ClusterBarrier::init(&smem.staging_full[0], C::kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&smem.staging_full[1], C::kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&smem.staging_empty[0], 1);
+    cutlass::arch::ClusterBarrier::init(&smem.staging_empty[1], 1);
+  }
+  typename C::Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = C::kStageBytes;
+  pipeline_params.role = threadIdx.x < 128 ? C::Pipeline::ThreadCategory::Producer : C::Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = threadIdx.x == 0;
+  pipeline_params.num_consumers = C::kConsumerThreads;
+  typename C::Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  // 3. Roles.
+  const int warp = threadIdx.x / 32;
+  if (warp == 0) {
+    if (threadIdx.x == 0) producer_role<Schedule>(prm, smem, pipeline);
+  } else if (warp == 1 || warp == 2) {
+    dispatch_role(prm, smem, warp - 1);
+  } else if (warp == 3) {
+    storer_role<Schedule>(prm, smem);
+  } else {
+    consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
+  }
+  __syncthreads();
+
+  // 4. Every owner has stored every row of this rank's tokens: the top-k reduction.
+  if (threadIdx.x == 0)
+    wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, w.counters.combine_arrived()),
+                       static_cast<std::uint32_t>(prm.tokens) * pr.top_k * pr.P2_l2_n_blocks(), MoeWait::combine_arrived, -1);
+  __syncthreads();
+  reduce_role(prm);
+
+  // 5. The last CTA tells every peer that this rank has finished reading its data of this call.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(at<std::uint32_t>(prm.local, w.counters.ctas_finished()), 1u) == gridDim.x - 1) {
+      __threadfence_system();
+      for (int s = 0; s < P; ++s)
+        if (s != prm.rank) st_release_sys(at<std::uint32_t>(prm.peer[s], w.epochs.peer_finished(prm.rank)), prm.epoch);
+    }
+  }
+#endif
+}
+
+}  // namespace xstage::moe

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# On a machine with >= 2 NVLink GPUs: `xstage moe check` (all cases, both GEMM paths), compute-sanitizer
-# memcheck on a tiny check, then `xstage moe bench` on a subset of configs/moe_grid.json
-# (MOE_BENCH_FILTER, MOE_BENCH_GEMM; about 2 minutes by default). Everything lands in ${OUT:-out}/:
-# moe.log (the whole log) and moe.tar.gz (check.json, bench.json, sanitizer log).
+# On a machine with >= 2 NVLink GPUs: `xstage moe check` (all cases, every implementation: the unfused
+# baseline's two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and
+# racecheck of the fused kernel on tiny checks, then `xstage moe bench` over configs/moe_grid.json
+# (MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations; about 3 minutes for the whole grid
+# on 2 x H200). Everything lands in ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json,
+# bench.json, sanitizer logs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 XSTAGE_BIN_DIR=${XSTAGE_MOE_BIN_DIR:-$XSTAGE_BIN_DIR}
 OUT=${OUT:-out}; mkdir -p "$OUT/work"
 LOG="$OUT/moe.log"; exec > >(tee "$LOG") 2>&1
-FILTER=${MOE_BENCH_FILTER:-deepseek-v3:,h1152-i4608-e8-k2/t2048,h2048-i768-e128-k8/t2048}
-GEMM=${MOE_BENCH_GEMM:-loop}
+FILTER=${MOE_BENCH_FILTER:-}
+IMPL=${MOE_BENCH_IMPL:-unfused-loop,megamoe-wave,megamoe-interleaved}
 X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}  # EP over every visible GPU unless GPUS says otherwise
 failures=0
@@ -20,20 +22,25 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.l
 date -u
 ldd "$X" | grep -E "cublas|nccl" || true
 
-step "xstage moe check (all cases, loop and grouped GEMMs)"
+step "xstage moe check (all cases, every implementation)"
 timed "check" -- "$X" moe check --gpus "$GPUS" --out "$OUT/work/check.json" || failures=$((failures+1))
 
-step "compute-sanitizer memcheck on a tiny check"
-# Slow: the sanitizer instruments every cuBLAS module (it took most of a 280 s run on H200x2).
-compute-sanitizer --tool memcheck --report-api-errors no --target-processes all \
-  "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --gemm both > "$OUT/work/memcheck.log" 2>&1
-rc=$?; tail -n 12 "$OUT/work/memcheck.log"; [ $rc = 0 ] || failures=$((failures+1))
+step "compute-sanitizer memcheck and racecheck of the fused kernel on tiny checks"
+# The fused kernel only: the unfused baseline was checked before, and instrumenting cuBLAS takes minutes.
+# Device waits get a long bound: the sanitizer slows the kernel by orders of magnitude.
+for tool in memcheck racecheck; do
+  timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
+    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --impl megamoe-wave,megamoe-interleaved \
+    --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
+  rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
+done
 
 step "bad input gives a clear error"
 "$X" moe bench --gpus "$GPUS" --filter no-such-config; echo "exit $? (want 2)"
+"$X" moe check --gpus "$GPUS" --impl megamoe-fast; echo "exit $? (want 2)"
 
-step "xstage moe bench --filter $FILTER --gemm $GEMM"
-timed "bench" -- "$X" moe bench --gpus "$GPUS" --gemm "$GEMM" --filter "$FILTER" --out "$OUT/work/bench.json" \
+step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER}"
+timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --out "$OUT/work/bench.json" \
   || failures=$((failures+1))
 
 tar -C "$OUT/work" -czf "$OUT/moe.tar.gz" . && rm -rf "$OUT/work"

@@ -274,6 +274,23 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 
 // ---- bench ----------------------------------------------------------------------------------------
 
+// The fused kernel's own account of the last forward (clock64 totals over CTAs, per CTA in µs at the SM
+// clock measured after the trials); null for the unfused layer.
+nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mhz) {
+  const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(&layer);
+  if (!fused || clock_mhz <= 0) return nullptr;
+  const moe::MoeKernelStats& st = fused->last_stats();
+  const double per_cta_us = 1.0 / (fused->grid() * clock_mhz);
+  return {{"ctas", fused->grid()}, {"sm_clock_mhz", clock_mhz},
+          {"consumer_us_per_cta", st.consumer_cycles * per_cta_us},
+          {"staging_wait_fraction", st.consumer_cycles ? double(st.staging_wait_cycles) / st.consumer_cycles : 0.0},
+          {"staging_wait_us_per_cta", st.staging_wait_cycles * per_cta_us},
+          {"producer_wait_us_per_cta", st.producer_wait_cycles * per_cta_us},
+          {"storer_drain_us_per_cta", st.storer_drain_cycles * per_cta_us},
+          {"tail_us_per_cta", st.tail_cycles * per_cta_us},
+          {"l1_tiles", st.l1_tiles}, {"l2_tiles", st.l2_tiles}};
+}
+
 struct BenchConfig {
   std::string name;
   int h, I, E, k, T;
@@ -384,6 +401,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         ms[t] = barrier_aligned_forward_ms();
       }
       clock_mhz = measure_sm_clock_mhz();
+      const nlohmann::json kernel = kernel_stats_json(*layer, clock_mhz);
       struct RankStats {
         double clock_mhz;
         std::int64_t peer_bytes, rows_received;
@@ -422,7 +440,13 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"tflops_per_rank", tflops}, {"flop_per_rank", flop},
                                 {"peer_bytes_per_rank_mean", peer_bytes}, {"nvlink_gbps_per_rank", gbps},
                                 {"rows_received_min", rows_min}, {"rows_received_max", rows_max},
-                                {"sm_clock_mhz_after", clocks}});
+                                {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel}});
+      if (!kernel.is_null())
+        std::printf("    rank 0 kernel: consumer busy %.0f us/CTA, of it staging wait %.2f%%; producer waits %.0f us/CTA; "
+                    "storer drain %.0f us/CTA; tail %.0f us/CTA\n",
+                    kernel["consumer_us_per_cta"].get<double>(), 100 * kernel["staging_wait_fraction"].get<double>(),
+                    kernel["producer_wait_us_per_cta"].get<double>(), kernel["storer_drain_us_per_cta"].get<double>(),
+                    kernel["tail_us_per_cta"].get<double>());
       if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
     }
   }

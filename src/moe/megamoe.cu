@@ -122,7 +122,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
     peer_[r] = r == rt_.rank() ? static_cast<char*>(buffer_->local()) : static_cast<char*>(buffer_->peer_pointer(r));
   XSTAGE_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(MoeDeviceStatus), cudaHostAllocMapped));
   *status_ = MoeDeviceStatus{};
-  XSTAGE_CUDA_CHECK(cudaMalloc(&peer_bytes_, sizeof(unsigned long long)));
+  XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
 
   auto kernel_wave = &megamoe_kernel<ExpertWaveSchedule>;
   auto kernel_inter = &megamoe_kernel<InterleavedSchedule>;
@@ -134,7 +134,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
 
 FusedMoeLayer::~FusedMoeLayer() {
   if (status_) cudaFreeHost(status_);
-  if (peer_bytes_) cudaFree(peer_bytes_);
+  if (stats_) cudaFree(stats_);
 }
 
 std::string FusedMoeLayer::name() const {
@@ -155,7 +155,7 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   prologue_kernel<<<1, kMaxEpRanks, 0, stream>>>(local, window_.epochs, rt_.rank(), pr_.P_ranks, epoch, ctx);
   XSTAGE_CUDA_CHECK_LAUNCH();
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(local + window_.counters.region.offset_bytes, 0, window_.counters.region.size_bytes, stream));
-  XSTAGE_CUDA_CHECK(cudaMemsetAsync(peer_bytes_, 0, sizeof(unsigned long long), stream));
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(MoeKernelStats), stream));
   if (in.tokens > 0)
     XSTAGE_CUDA_CHECK(cudaMemcpyAsync(local + window_.tokens.region.offset_bytes, in.tokens_bf16.get(),
                                       static_cast<std::size_t>(in.tokens) * window_.tokens.row_pitch_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -175,7 +175,7 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   prm.topk_weights = in.topk_weights.get<float>();
   prm.out = out.out_bf16.get<__nv_bfloat16>();
   prm.wait = ctx;
-  prm.peer_bytes = peer_bytes_;
+  prm.stats = stats_;
   const int EL = pr_.E_local(), h = pr_.h_hidden, I = pr_.h_inter;
   prm.tma_a1 = make_tma(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
   prm.tma_b1 = make_tma(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
@@ -195,9 +195,8 @@ void FusedMoeLayer::finish(cudaStream_t stream) {
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (status_->failed) throw PlatformError(describe(*status_, opt_.timeout_s));
   XSTAGE_CUDA_CHECK(err);
-  unsigned long long bytes = 0;
-  XSTAGE_CUDA_CHECK(cudaMemcpy(&bytes, peer_bytes_, sizeof bytes, cudaMemcpyDeviceToHost));
-  last_peer_bytes_ = static_cast<std::int64_t>(bytes);
+  XSTAGE_CUDA_CHECK(cudaMemcpy(&last_stats_, stats_, sizeof last_stats_, cudaMemcpyDeviceToHost));
+  last_peer_bytes_ = static_cast<std::int64_t>(last_stats_.peer_bytes);
 }
 
 }  // namespace xstage::moe

@@ -45,6 +45,8 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::int64_t last_peer_bytes() const override { return last_peer_bytes_; }
 
   const SymmetricWindow& window() const { return window_; }
+  // Where the last forward's time went (valid after finish()).
+  const MoeKernelStats& last_stats() const { return last_stats_; }
   int D_rows() const { return D_rows_; }
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }
@@ -57,7 +59,8 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::unique_ptr<comm::SymmetricBuffer> buffer_;
   char* peer_[kMaxEpRanks] = {};
   MoeDeviceStatus* status_ = nullptr;  // host-mapped
-  unsigned long long* peer_bytes_ = nullptr;
+  MoeKernelStats* stats_ = nullptr;  // device
+  MoeKernelStats last_stats_{};
   std::uint32_t epoch_ = 0;
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1;
   std::int64_t last_peer_bytes_ = 0;

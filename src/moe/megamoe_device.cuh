@@ -39,6 +39,18 @@ struct MoeDeviceStatus {
   std::uint32_t epoch;
 };
 
+// Per-call totals over all CTAs (device memory, zeroed per call), cycles from clock64: where the time goes.
+struct MoeKernelStats {
+  unsigned long long peer_bytes;            // bytes pulled from (dispatch) and stored to (combine) other ranks
+  unsigned long long consumer_cycles;       // consumer warpgroup 0: start of its first tile to end of its last
+  unsigned long long staging_wait_cycles;   // ... of which waiting for a free staging slot: the combine stores'
+                                            // back-pressure on the tensor cores
+  unsigned long long storer_drain_cycles;   // storer in fence.sc.sys after each tile: its stores completing (T_RS)
+  unsigned long long producer_wait_cycles;  // producer waiting on dispatch_ready / l1_done / l2_done
+  unsigned long long tail_cycles;           // roles done -> reduction done (other ranks' combine + the reduction)
+  unsigned long long l1_tiles, l2_tiles;
+};
+
 #if defined(__CUDACC__)
 
 __device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {

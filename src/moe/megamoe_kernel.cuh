@@ -5,8 +5,8 @@
 //   warp 0, lane 0   TMA producer: walks the schedule; per tile waits for its inputs (dispatch_ready for
 //                    L1, l1_done for L2, l2_done when a ring slot is reused), then loads the A and B
 //                    k-blocks into a kStages-deep shared-memory pipeline.
-//   warps 1-2        dispatch: pull this CTA's scheduler rows (p = g, g + Gs, ...) from the source ranks'
-//                    token buffers over NVLink into the local expert-major dispatch buffer, write each
+//   warps 1-2        dispatch: pull token rows from the source ranks' token buffers over NVLink into the
+//                    local expert-major dispatch buffer (all CTAs together, front to back), write each
 //                    row's RowSource, raise dispatch_ready[p].
 //   warp 3           storer: drains the double-buffered staging of each L2 tile with 16-byte remote
 //                    stores into the source rank's combine buffer (the X-Stage traffic), then fences and
@@ -77,7 +77,7 @@ struct MegaMoeParams {
   const float* topk_weights = nullptr;    // [T][k]
   __nv_bfloat16* out = nullptr;           // [T][h]
   WaitContext wait;
-  unsigned long long* peer_bytes = nullptr;  // bytes pulled from / stored to other ranks (device)
+  MoeKernelStats* stats = nullptr;        // device, zeroed per call
   typename MegaMoeConfig::TmaLoad tma_a1, tma_b1, tma_a2, tma_b2;  // dispatch, W1, ring, W2
 };
 
@@ -139,12 +139,14 @@ __device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  unsigned long long wait_cycles = 0;
   for (auto s = sched.start(blockIdx.x);;) {
     const auto step = sched.next(s);
     s = step.next;
     const Tile t = step.tile;
     if (!t.valid()) break;
     const int slot = w.ring.slot(t.row);
+    const long long t0 = clock64();
     if (t.stage == Stage::L1) {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.dispatch_ready(t.row)), pr.b_m,
                           MoeWait::dispatch_ready, t.row);
@@ -152,72 +154,80 @@ __device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
         wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l2_done(slot)),
                             slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
       fence_proxy_async_global();
+      wait_cycles += clock64() - t0;
       load_tile(prm.tma_a1, mA1, t.row, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block);
     } else {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
                           l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
       fence_proxy_async_global();
+      wait_cycles += clock64() - t0;
       load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
     }
   }
+  atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
 }
 
-// Pulls scheduler rows p = g, g + Gs, ... : warp `dw` (0 or 1) takes rows [64·dw, 64·dw + 64) of each.
+// Pulls dispatch rows in units of kDispatchUnitRows consecutive rows of one scheduler row, unit u = g, g + Gs,
+// ... in increasing order, so that all CTAs together fill scheduler rows front to back (the order the L1
+// stream consumes them) instead of each CTA filling whole rows of its own. Warp `dw` (0 or 1) takes half
+// of each unit's rows: lanes resolve the rows' sources in parallel (remote 4-byte loads), then the whole
+// warp copies one row at a time, 8 × 16 bytes in flight per lane.
+inline constexpr int kDispatchUnitRows = 16;
+
 __device__ void dispatch_role(const MegaMoeParams& prm, const MegaMoeSharedStorage& smem, int dw) {
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
-  const int num_rows = smem.first_row[EL];
+  constexpr int kWarpRows = kDispatchUnitRows / 2;
+  const int units_per_row = pr.b_m / kDispatchUnitRows;
+  const int units = smem.first_row[EL] * units_per_row;
   const int chunks = pr.h_hidden / 8;  // 16-byte pieces of one token row
   const SchedulerRows rows{smem.first_row, EL};
   unsigned long long remote_bytes = 0;
-  for (int p = blockIdx.x; p < num_rows; p += gridDim.x) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int p = u / units_per_row;
     const int e = rows.expert_of_row(p);
-    const int first_in_expert = (p - smem.first_row[e]) * pr.b_m;
     int rows_e = 0;
     for (int s = 0; s < P; ++s) rows_e += smem.counts[s * EL + e];
-    for (int half = 0; half < 2; ++half) {
-      // Lane `lane` resolves row r of the block: its source rank and pair (a remote 4-byte load).
-      const int r = 64 * dw + 32 * half + lane;
-      const int i = first_in_expert + r;  // row inside the expert
-      RowSource src{};
+    const int r0 = (u % units_per_row) * kDispatchUnitRows + dw * kWarpRows;  // first row of this warp in the block
+    RowSource src{};
+    if (lane < kWarpRows) {
+      const int i = (p - smem.first_row[e]) * pr.b_m + r0 + lane;  // row inside the expert
       if (i < rows_e) {
         int s = 0, before = 0;
         while (i >= before + smem.counts[s * EL + e]) before += smem.counts[s * EL + e], ++s;
         src.rank = s;
         src.pair = ld_relaxed_sys(at<const int>(prm.peer[s], w.send.pair_offset(pr.global_expert(prm.rank, e), i - before)));
       }
-      const std::int64_t row = static_cast<std::int64_t>(p) * pr.b_m + r;
-      *at<RowSource>(prm.local, w.dispatch.row_source_offset(row)) = src;
-      // Copy the 32 rows one after another, the whole warp on each (8 x 16 B in flight per lane).
-      for (int q = 0; q < 32; ++q) {
-        const int s = __shfl_sync(0xffffffffu, src.rank, q);
-        const int pair = __shfl_sync(0xffffffffu, src.pair, q);
-        if (pair < 0) continue;
-        const uint4* from = at<const uint4>(prm.peer[s], w.tokens.token_offset(pair / k));
-        uint4* to = at<uint4>(prm.local, w.dispatch.row_offset(static_cast<std::int64_t>(p) * pr.b_m + 64 * dw + 32 * half + q));
-        for (int c0 = 0; c0 < chunks; c0 += 32 * 8) {
-          uint4 v[8];
+      *at<RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(p) * pr.b_m + r0 + lane)) = src;
+    }
+    for (int q = 0; q < kWarpRows; ++q) {
+      const int s = __shfl_sync(0xffffffffu, src.rank, q);
+      const int pair = __shfl_sync(0xffffffffu, src.pair, q);
+      if (pair < 0) continue;  // padding row: only its RowSource is written
+      const uint4* from = at<const uint4>(prm.peer[s], w.tokens.token_offset(pair / k));
+      uint4* to = at<uint4>(prm.local, w.dispatch.row_offset(static_cast<std::int64_t>(p) * pr.b_m + r0 + q));
+      for (int c0 = 0; c0 < chunks; c0 += 32 * 8) {
+        uint4 v[8];
 #pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int c = c0 + 32 * u + lane;
-            if (c < chunks) v[u] = from[c];
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int c = c0 + 32 * u + lane;
-            if (c < chunks) to[c] = v[u];
-          }
+        for (int x = 0; x < 8; ++x) {
+          const int c = c0 + 32 * x + lane;
+          if (c < chunks) v[x] = from[c];
         }
-        if (s != prm.rank) remote_bytes += static_cast<unsigned long long>(pr.h_hidden) * 2;
+#pragma unroll
+        for (int x = 0; x < 8; ++x) {
+          const int c = c0 + 32 * x + lane;
+          if (c < chunks) to[c] = v[x];
+        }
       }
+      if (s != prm.rank) remote_bytes += static_cast<unsigned long long>(pr.h_hidden) * 2;
     }
     fence_proxy_async_global();
     __threadfence();
     __syncwarp();
-    if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.dispatch_ready(p)), 64);
+    if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.dispatch_ready(p)), kWarpRows);
   }
-  if (lane == 0 && remote_bytes) atomicAdd(prm.peer_bytes, remote_bytes);
+  if (lane == 0 && remote_bytes) atomicAdd(&prm.stats->peer_bytes, remote_bytes);
 }
 
 template <class Schedule>
@@ -226,7 +236,7 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks;
   const int piece = lane % 16;  // 16-byte piece of the 256-byte row segment (128 bf16 columns)
-  unsigned long long remote_bytes = 0;
+  unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
   for (auto s = sched.start(blockIdx.x);;) {
@@ -237,24 +247,42 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
     if (t.stage != Stage::L2) continue;
     const int slot = j & 1;
     cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], (j >> 1) & 1);
-    const __nv_bfloat16* staged = smem.staging[slot];
+    // The tile's 128 RowSources, 4 per lane (row 32·b + lane in rs[b]), in one round of loads, so the store
+    // loop below has no global loads on its path. Read only now: the staging barrier orders them after
+    // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
+    // read earlier they could be the previous call's.
     const RowSource* sources = at<const RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m));
+    RowSource rs[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
+      const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * b + lane));
+      rs[b] = RowSource{v.x, v.y};
+    }
+    const __nv_bfloat16* staged = smem.staging[slot];
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * MegaMoeConfig::kBlockN * 2 + piece * 16;
     unsigned rows_to[kMaxEpRanks] = {};
-#pragma unroll 4
-    for (int it = 0; it < MegaMoeConfig::kBlockM / 2; ++it) {
-      const int r = 2 * it + lane / 16;
-      const RowSource src = sources[r];
-      if (!src.valid()) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(staged + r * MegaMoeConfig::kStagingPitch + piece * 8);
-      *at<uint4>(prm.peer[src.rank], w.combine.pair_offset(src.pair) + col_bytes) = v;
+    // Two rows per step (lanes 0-15 and 16-31), 16 bytes per lane: rows 32·b + 2·it + lane / 16.
 #pragma unroll
-      for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && src.rank == q);
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int it = 0; it < 16; ++it) {
+        const int r_in = 2 * it + lane / 16;  // row within this group of 32
+        const int rank = __shfl_sync(0xffffffffu, rs[b].rank, r_in);
+        const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
+        if (pair < 0) continue;
+        const int r = 32 * b + r_in;
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * MegaMoeConfig::kStagingPitch + piece * 8);
+        *at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes) = v;
+#pragma unroll
+        for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
+      }
     }
     __syncwarp();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
+    const long long t0 = clock64();
     __threadfence_system();  // this lane's combine stores are visible before the counts are
     __syncwarp();
+    drain_cycles += clock64() - t0;
     for (int q = 0; q < P; ++q) {
       unsigned n = rows_to[q];
 #pragma unroll
@@ -267,7 +295,10 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
     if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
     ++j;
   }
-  if (lane == 0 && remote_bytes) atomicAdd(prm.peer_bytes, remote_bytes);
+  if (lane == 0) {
+    if (remote_bytes) atomicAdd(&prm.stats->peer_bytes, remote_bytes);
+    atomicAdd(&prm.stats->storer_drain_cycles, drain_cycles);
+  }
 }
 
 template <class Schedule>
@@ -295,13 +326,16 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
 
   typename C::Pipeline::PipelineState state;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
-  int j = 0;  // L2 tiles so far (staging slot and phase)
+  int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
+  long long first_start = -1, last_end = 0;
+  unsigned long long staging_wait = 0;
   for (auto s = sched.start(blockIdx.x);;) {
     const auto step = sched.next(s);
     s = step.next;
     const Tile t = step.tile;
     if (!t.valid()) break;
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
+    if (first_start < 0) first_start = clock64();
     // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
     typename C::Pipeline::PipelineState previous = state;
     for (int kb = 0; kb < k_blocks; ++kb) {
@@ -336,9 +370,12 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
       __threadfence();
       cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, 1);
       if (tid == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l1_done(w.ring.slot(t.row))), 1);
+      ++l1_tiles;
     } else {
       const int slot = j & 1;
+      const long long t0 = clock64();
       cutlass::arch::ClusterBarrier::wait(&smem.staging_empty[slot], ((j >> 1) & 1) ^ 1);
+      staging_wait += clock64() - t0;
       __nv_bfloat16* staged = smem.staging[slot];
 #pragma unroll
       for (int v = 0; v < kAcc; v += 2) {
@@ -348,6 +385,13 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
       cutlass::arch::ClusterBarrier::arrive(&smem.staging_full[slot]);
       ++j;
     }
+    last_end = clock64();
+  }
+  if (tid == 0) {
+    if (first_start >= 0) atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
+    atomicAdd(&prm.stats->staging_wait_cycles, staging_wait);
+    atomicAdd(&prm.stats->l1_tiles, static_cast<unsigned long long>(l1_tiles));
+    atomicAdd(&prm.stats->l2_tiles, static_cast<unsigned long long>(j));
   }
 }
 
@@ -449,6 +493,7 @@ __global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUT
   __syncthreads();
 
   // 4. Every owner has stored every row of this rank's tokens: the top-k reduction.
+  const long long tail_start = clock64();
   if (threadIdx.x == 0)
     wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, w.counters.combine_arrived()),
                        static_cast<std::uint32_t>(prm.tokens) * pr.top_k * pr.P2_l2_n_blocks(), MoeWait::combine_arrived, -1);
@@ -458,6 +503,7 @@ __global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUT
   // 5. The last CTA tells every peer that this rank has finished reading its data of this call.
   __syncthreads();
   if (threadIdx.x == 0) {
+    atomicAdd(&prm.stats->tail_cycles, static_cast<unsigned long long>(clock64() - tail_start));
     __threadfence();
     if (atomicAdd(at<std::uint32_t>(prm.local, w.counters.ctas_finished()), 1u) == gridDim.x - 1) {
       __threadfence_system();

@@ -493,7 +493,7 @@ void add_moe_command(CLI::App& app) {
                     "expert-wave or the interleaved schedule). Default: all four for check; unfused-loop,\n"
                     "megamoe-wave, megamoe-interleaved for bench");
     cmd->add_option("--lead", args->D_rows, "megamoe-interleaved: lead D of Linear-1 over Linear-2 in scheduler rows "
-                                            "(default: D_knee from the model)");
+                                            "(default: max(D_knee, K_SM / P2), schedule_host.hpp)");
     cmd->add_option("--wave", args->wave_experts, "megamoe-wave: experts per wave (default: the wave-size heuristic)");
     cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
     cmd->add_option("--out", args->out, "write the results as JSON here");

@@ -110,7 +110,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   grid_ = sms;
-  D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(D_knee_rows(pr_, grid_));
+  D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_));
   wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
   require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + s(wave_experts_) + " exceeds the " + s(pr_.E_local()) + " local experts");
 

@@ -25,7 +25,7 @@ const char* to_string(MoeScheduleKind kind);
 
 struct FusedMoeOptions {
   MoeScheduleKind schedule = MoeScheduleKind::interleaved;
-  int D_rows = 0;                 // interleaved lead; 0 = D_knee from the model (schedule_host.hpp)
+  int D_rows = 0;                 // interleaved lead; 0 = interleave_lead_rows (schedule_host.hpp)
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
   double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
   double timeout_s = 10.0;        // every device-side wait

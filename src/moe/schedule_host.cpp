@@ -14,6 +14,10 @@ long D_knee_rows(const MoeProblem& problem, int K_SM) {
   return model::anti_starvation_lead_rows(problem.b_n, K_SM, problem.h_inter);
 }
 
+long interleave_lead_rows(const MoeProblem& pr, int K_SM) {
+  return std::max<long>(D_knee_rows(pr, K_SM), ceil_div(K_SM, pr.P2_l2_n_blocks()));
+}
+
 int required_ring_slots(const InterleavedSchedule& s) { return std::max(1, s.D_rows); }
 
 int required_ring_slots(const ExpertWaveSchedule& s) {

@@ -19,6 +19,14 @@ namespace xstage::moe {
 // per tile it is K_SM / P1 rounded up: the rows that K_SM strided L1 cursors span at any moment.
 long D_knee_rows(const MoeProblem& problem, int K_SM);
 
+// The lead the kernel uses by default: D_knee, raised to ceil(K_SM / P2) when the L2 stream is the
+// narrower one. K_SM strided L2 cursors span K_SM / P2 rows; with D below that, instances ask for L2 rows
+// whose L1 tiles other instances have not reached. D_knee covers only the L1 cursors' span K_SM / P1,
+// enough when P1 <= P2 (the paper's shapes) but not for few, wide experts (DiT-MoE-like P1 = 72, P2 = 9:
+// the lockstep simulation's makespan at D_knee = 2 is 2.9× that at D = 15, where no L2 tile stalls; the
+// H200x2 bench measured the layer 2.2× slower at D_knee, results/h200x2/moe/run3-fused).
+long interleave_lead_rows(const MoeProblem& problem, int K_SM);
+
 // Validated constructors for the kernel's host side. `first_row` is one owner's O_e (E_local + 1
 // entries, e.g. Routing::owner_first_row) and must outlive the schedule. D_rows >= 1, Gs >= 1,
 // wave_experts in [1, E_local]; anything else is an InputError.

@@ -100,6 +100,10 @@ struct InterleavedSchedule {
 // The baseline: local experts in waves of `wave_experts`; the global order is wave 0's L1 tiles, wave 0's
 // L2 tiles, wave 1's L1 tiles, ...; instance g runs tiles g, g + Gs, g + 2·Gs, ... of that order. Wave w
 // starts at global index (P1 + P2)·O_{w·W}, so the wave of index j is that of row j / (P1 + P2).
+// Inside a wave, L1 tiles go n-block by n-block over all the wave's rows (n-major): the Gs tiles running
+// at once then share a few W1 n-blocks and read the wave's rows (dispatch) many times, which stay in L2
+// cache; row-major order would stream all of W1 once per m-block (Mixtral-like experts: 235 MB each).
+// Nothing runs L2 before the wave's last L1 tile anyway. L2 tiles stay row-major.
 struct ExpertWaveSchedule {
   struct State {
     int j = 0;
@@ -118,7 +122,7 @@ struct ExpertWaveSchedule {
     const int r0 = streams.rows.first_row[e0], wave_rows = streams.rows.first_row[e1] - r0;
     int local = s.j - P12 * r0;
     const State after{s.j + Gs};
-    if (local < streams.P1 * wave_rows) return {streams.make(Stage::L1, r0 + local / streams.P1, local % streams.P1), after};
+    if (local < streams.P1 * wave_rows) return {streams.make(Stage::L1, r0 + local % wave_rows, local / wave_rows), after};
     local -= streams.P1 * wave_rows;
     return {streams.make(Stage::L2, r0 + local / streams.P2, local % streams.P2), after};
   }

@@ -301,6 +301,25 @@ TEST(MoeScheduler, AllOwnersOfRoutedProblemsForP1To8) {
   }
 }
 
+// Wave L1 order inside an expert: groups of kL1RowGroup rows, n-major inside a group, groups in order;
+// one instance (Gs = 1) shows the global order directly.
+TEST(MoeScheduler, WaveRunsL1InRowGroupsNMajor) {
+  const MoeProblem pr = problem_with(2, 3, 1);  // P1 = 3, P2 = 1
+  const std::vector<int> O{0, 20, 21};           // expert 0: 20 rows (groups of 16 and 4), expert 1: 1 row
+  const auto seq = instance_sequence(make_expert_wave_schedule(pr, O.data(), 2, 1), 0);
+  ASSERT_EQ(seq.size(), 21u * 4);
+  const int G = ExpertWaveSchedule::kL1RowGroup;
+  for (int i = 0; i < 3 * G; ++i) {  // group 0: rows 0..15, n = 0, 0, ..., 1, ...
+    EXPECT_EQ(seq[i].row, i % G);
+    EXPECT_EQ(seq[i].n_block, i / G);
+  }
+  for (int i = 0; i < 3 * 4; ++i) {  // group 1: rows 16..19
+    EXPECT_EQ(seq[3 * G + i].row, G + i % 4);
+    EXPECT_EQ(seq[3 * G + i].n_block, i / 4);
+  }
+  EXPECT_EQ(format_sequence({seq[60], seq[61], seq[62], seq[63]}), "L1(20,0) L1(20,1) L1(20,2) L2(0,0)");
+}
+
 // The default lead covers both cursor spans: at interleave_lead_rows the lockstep simulation's L2 stalls
 // are a small fraction of the makespan for the grid's shapes, and for few, wide experts (P1 >> P2) the
 // paper's D_knee alone is far from it.

@@ -46,6 +46,7 @@ struct MoeArgs {
   int D_rows = 0;            // megamoe-interleaved lead (0 = D_knee)
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
+  int tile_n = 0;            // 0 = auto (256 where the shape allows it)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
   std::string filter;  // bench: comma-separated substrings of config names
@@ -118,7 +119,10 @@ std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
   return seed;
 }
 
-moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T) {
+// Tile width b_n: 256 where both GEMMs' N (2·h_inter and h) allow it (fewer, larger wgmma tiles for the
+// fused kernel), else 128; `tile_n` forces one. Every implementation of a run gets the same problem (W1's
+// tile-interleaved storage depends on b_n; the unfused layer reads it with any b_n).
+moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_n) {
   moe::MoeProblem pr;
   pr.P_ranks = P;
   pr.E_experts = E;
@@ -126,6 +130,7 @@ moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T) {
   pr.h_hidden = h;
   pr.h_inter = I;
   pr.T_tokens = T;
+  pr.b_n = tile_n ? tile_n : (h % 256 == 0 && (2 * I) % 256 == 0 ? 256 : 128);
   moe::validate(pr);
   return pr;
 }
@@ -193,7 +198,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
       if (lead) std::printf("  %-20s skipped: E = %d is not divisible by %d ranks\n", c.name, c.E, P);
       continue;
     }
-    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T);
+    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n);
     const moe::LayerData data = make_data(pr, seed + 1000003ull * ci, c.zipf_s);
     const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
     const moe::MoeReferenceOutput ref =
@@ -358,7 +363,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   bool warmed = false;
   for (std::size_t ci = 0; ci < grid.size(); ++ci) {
     const BenchConfig& c = grid[ci];
-    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T);
+    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n);
     const moe::LayerData data = make_data(pr, seed + 7919ull * (ci + 1), c.zipf_s);  // fresh inputs per config
     const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
     const OwnerLoad load = owner_load(pr, data, rt.rank());
@@ -496,6 +501,8 @@ void add_moe_command(CLI::App& app) {
                                             "(default: max(D_knee, K_SM / P2), schedule_host.hpp)");
     cmd->add_option("--wave", args->wave_experts, "megamoe-wave: experts per wave (default: the wave-size heuristic)");
     cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
+    cmd->add_option("--tile-n", args->tile_n, "tile width b_n, 128 or 256 (default: 256 where h and 2·h_inter allow it)")
+        ->check(CLI::IsMember({128, 256}));
     cmd->add_option("--out", args->out, "write the results as JSON here");
   };
   CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"

@@ -52,12 +52,20 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t
   if (threadIdx.x == 0) *reinterpret_cast<int*>(local + send.count_offset(e)) = base;
 }
 
-MegaMoeConfig::TmaLoad make_tma(const void* base, std::int64_t rows, int K) {
+template <class Tma, class SmemLayout, class TileShape>
+Tma make_tma(const void* base, std::int64_t rows, int K) {
   using namespace cute;
-  auto tensor = make_tensor(make_gmem_ptr(static_cast<MegaMoeConfig::Element const*>(base)),
+  auto tensor = make_tensor(make_gmem_ptr(static_cast<cute::bfloat16_t const*>(base)),
                             make_shape(static_cast<int32_t>(rows), static_cast<int32_t>(K)),
                             make_stride(static_cast<int64_t>(K), _1{}));
-  return make_tma_copy(SM90_TMA_LOAD{}, tensor, take<0, 2>(MegaMoeConfig::SmemLayoutAB{}), MegaMoeConfig::TileShapeAB{}, _1{});
+  return make_tma_copy(SM90_TMA_LOAD{}, tensor, take<0, 2>(SmemLayout{}), TileShape{}, _1{});
+}
+
+template <class C>
+void set_smem_attributes() {
+  const int bytes = static_cast<int>(sizeof(MegaMoeSharedStorage<C>));
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(&megamoe_kernel<ExpertWaveSchedule, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(&megamoe_kernel<InterleavedSchedule, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 const char* wait_name(MoeWait w) {
@@ -95,14 +103,14 @@ std::string describe(const MoeDeviceStatus& st, double timeout_s) {
 FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const FusedMoeOptions& opt) : pr_(pr), rt_(rt), opt_(opt) {
   validate(pr_);
   require_input(pr_.dtype == DType::bf16, "MegaMoE: only bf16 is implemented in the fused kernel (fp8 W8A8: see docs/MOE.md)");
-  require_input(pr_.b_m == MegaMoeConfig::kBlockM && pr_.b_n == MegaMoeConfig::kBlockN,
-                "MegaMoE: the fused kernel uses 128 x 128 tiles (got " + s(pr_.b_m) + " x " + s(pr_.b_n) + ")");
+  require_input(pr_.b_m == 128 && (pr_.b_n == 128 || pr_.b_n == 256),
+                "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + s(pr_.b_m) + " x " + s(pr_.b_n) + ")");
   require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + s(pr_.P_ranks) + " ranks but the job has " +
                                                     s(rt.world_size()));
   require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + s(kMaxEpRanks) + " expert-parallel ranks (got " + s(pr_.P_ranks) + ")");
   require_input(pr_.P_ranks <= rt.lsa_size(), "MegaMoE: every rank must reach every other by NVLink loads/stores (LSA team of " +
                                                   s(rt.lsa_size()) + " < " + s(pr_.P_ranks) + " ranks)");
-  require_input(pr_.E_local() <= MegaMoeConfig::kMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= MegaMoeConfig::kMaxCounts,
+  require_input(pr_.E_local() <= MegaMoeConfig<128>::kMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= MegaMoeConfig<128>::kMaxCounts,
                 "MegaMoE: too many local experts (" + s(pr_.E_local()) + ") for the kernel's shared-memory tables");
   require_input(opt_.timeout_s > 0 && std::isfinite(opt_.timeout_s), "MegaMoE: the device timeout must be positive");
 
@@ -124,10 +132,8 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   *status_ = MoeDeviceStatus{};
   XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
 
-  auto kernel_wave = &megamoe_kernel<ExpertWaveSchedule>;
-  auto kernel_inter = &megamoe_kernel<InterleavedSchedule>;
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel_wave, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(MegaMoeSharedStorage)));
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel_inter, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(MegaMoeSharedStorage)));
+  if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
+  else set_smem_attributes<MegaMoeConfig<128>>();
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
   rt_.barrier();  // every window is zeroed (epochs included) before any rank's first call
 }
@@ -139,7 +145,7 @@ FusedMoeLayer::~FusedMoeLayer() {
 
 std::string FusedMoeLayer::name() const {
   return std::string("megamoe-") + to_string(opt_.schedule) +
-         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + s(D_rows_) : " W=" + s(wave_experts_));
+         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + s(D_rows_) : " W=" + s(wave_experts_)) + " 128x" + s(pr_.b_n);
 }
 
 void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
@@ -162,7 +168,15 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   route_kernel<<<pr_.E_experts, kRouteThreads, 0, stream>>>(in.topk_ids.get<std::int32_t>(), in.tokens, pr_.top_k, local, window_.send);
   XSTAGE_CUDA_CHECK_LAUNCH();
 
-  MegaMoeParams prm;
+  if (pr_.b_n == 256) launch<MegaMoeConfig<256>>(in, out, stream, epoch, ctx);
+  else launch<MegaMoeConfig<128>>(in, out, stream, epoch, ctx);
+}
+
+template <class C>
+void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t stream, std::uint32_t epoch,
+                           const WaitContext& ctx) {
+  char* local = static_cast<char*>(buffer_->local());
+  MegaMoeParams<C> prm;
   prm.pr = pr_;
   prm.win = window_;
   prm.local = local;
@@ -177,18 +191,24 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   prm.wait = ctx;
   prm.stats = stats_;
   const int EL = pr_.E_local(), h = pr_.h_hidden, I = pr_.h_inter;
-  prm.tma_a1 = make_tma(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
-  prm.tma_b1 = make_tma(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
-  prm.tma_a2 = make_tma(local + window_.ring.region.offset_bytes, static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
-  prm.tma_b2 = make_tma(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+  using TmaA = typename C::TmaLoadA;
+  using TmaB = typename C::TmaLoadB;
+  using LayoutA = typename C::SmemLayoutA;
+  using LayoutB = typename C::SmemLayoutB;
+  prm.tma_a1 = make_tma<TmaA, LayoutA, typename C::TileShapeA>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
+  prm.tma_b1 = make_tma<TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
+  prm.tma_a2 = make_tma<TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
+                                                               static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
+  prm.tma_b2 = make_tma<TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
 
   // Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the
   // launch fails with a clear error instead of hanging if they cannot be.
   void* args[] = {&prm};
-  const void* kernel = opt_.schedule == MoeScheduleKind::interleaved ? reinterpret_cast<const void*>(&megamoe_kernel<InterleavedSchedule>)
-                                                                     : reinterpret_cast<const void*>(&megamoe_kernel<ExpertWaveSchedule>);
-  XSTAGE_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(grid_), dim3(MegaMoeConfig::kThreads), args,
-                                                sizeof(MegaMoeSharedStorage), stream));
+  const void* kernel = opt_.schedule == MoeScheduleKind::interleaved
+                           ? reinterpret_cast<const void*>(&megamoe_kernel<InterleavedSchedule, C>)
+                           : reinterpret_cast<const void*>(&megamoe_kernel<ExpertWaveSchedule, C>);
+  XSTAGE_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(grid_), dim3(C::kThreads), args,
+                                                sizeof(MegaMoeSharedStorage<C>), stream));
 }
 
 void FusedMoeLayer::finish(cudaStream_t stream) {

@@ -52,6 +52,9 @@ class FusedMoeLayer final : public MoeLayerImpl {
   int grid() const { return grid_; }
 
  private:
+  template <class C>
+  void launch(const LayerInputs& in, LayerOutput& out, cudaStream_t stream, std::uint32_t epoch, const WaitContext& ctx);
+
   MoeProblem pr_;
   comm::Runtime& rt_;
   FusedMoeOptions opt_;

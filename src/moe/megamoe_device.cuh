@@ -51,6 +51,14 @@ struct MoeKernelStats {
   unsigned long long l1_tiles, l2_tiles;
 };
 
+// Everything a bounded wait needs to report a timeout.
+struct WaitContext {
+  MoeDeviceStatus* status;
+  std::uint64_t timeout_ns;
+  int rank;
+  std::uint32_t epoch;
+};
+
 #if defined(__CUDACC__)
 
 __device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {
@@ -97,14 +105,6 @@ __device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait wh
   }
   __trap();
 }
-
-// Everything a bounded wait needs to report a timeout.
-struct WaitContext {
-  MoeDeviceStatus* status;
-  std::uint64_t timeout_ns;
-  int rank;
-  std::uint32_t epoch;
-};
 
 // Spins until *counter - target >= 0 (wrap-safe), with acquire at GPU (kSystem = false) or system scope.
 template <bool kSystem>

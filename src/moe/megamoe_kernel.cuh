@@ -27,6 +27,7 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
 #include <type_traits>
 
@@ -39,31 +40,44 @@
 
 namespace xstage::moe {
 
+// Tile 128 × kBlockN (b_n = 128 or 256), K step 64. With b_n = 256 the pipeline has 3 stages and one
+// staging slot (3 × 48 KB + 66 KB of shared memory), with b_n = 128 four stages and two slots.
+template <int kBlockN_>
 struct MegaMoeConfig {
-  static constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 4;
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;
+  static_assert(kBlockN == 128 || kBlockN == 256, "b_n is 128 or 256");
+  static constexpr int kStages = kBlockN == 128 ? 4 : 3;
+  static constexpr int kStagingSlots = kBlockN == 128 ? 2 : 1;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
-  static constexpr int kStagingPitch = 136;    // bf16 per staged row: 272 B, 16 B aligned, no bank conflicts
+  static constexpr int kProducerRegisters = 72, kConsumerRegisters = 216;  // 72·128 + 216·256 = 63 K of 64 K
+  static constexpr int kStagingPitch = kBlockN + 8;  // bf16 per staged row: 16 B aligned, no bank conflicts
   static constexpr int kMaxLocalExperts = 512;
   static constexpr int kMaxCounts = 2048;      // P · E_local counts cached in shared memory
   using Element = cute::bfloat16_t;
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutAB = decltype(cute::tile_to_shape(
+  using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>, cute::Int<kStages>>{}));
-  using TileShapeAB = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>>;
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockK>, cute::Int<kStages>>{}));
+  using TileShapeA = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>>;
+  using TileShapeB = cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockK>>;
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
                                  cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kBlockK>>>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  static constexpr int kStageBytes = 2 * kBlockM * kBlockK * int(sizeof(Element));  // A + B
-  // Every GEMM operand is a row-major [rows][K] bf16 matrix; one TMA copy type serves all four.
+  static constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * int(sizeof(Element));  // A + B
+  // Every GEMM operand is a row-major [rows][K] bf16 matrix: one TMA copy type per box shape.
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
-  using TmaLoad = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                               cute::take<0, 2>(SmemLayoutAB{}), TileShapeAB{}, cute::_1{}));
+  using TmaLoadA = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                                cute::take<0, 2>(SmemLayoutA{}), TileShapeA{}, cute::_1{}));
+  using TmaLoadB = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                                cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
 };
 
+template <class C>
 struct MegaMoeParams {
   MoeProblem pr;
   SymmetricWindow win;
@@ -78,23 +92,24 @@ struct MegaMoeParams {
   __nv_bfloat16* out = nullptr;           // [T][h]
   WaitContext wait;
   MoeKernelStats* stats = nullptr;        // device, zeroed per call
-  typename MegaMoeConfig::TmaLoad tma_a1, tma_b1, tma_a2, tma_b2;  // dispatch, W1, ring, W2
+  typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
+  typename C::TmaLoadB tma_b1, tma_b2;  // W1, W2
 };
 
+template <class C>
 struct MegaMoeSharedStorage {
-  using C = MegaMoeConfig;
-  alignas(1024) cute::array_aligned<C::Element, cute::cosize_v<C::SmemLayoutAB>, 1024> a;
-  alignas(1024) cute::array_aligned<C::Element, cute::cosize_v<C::SmemLayoutAB>, 1024> b;
-  alignas(16) __nv_bfloat16 staging[2][C::kBlockM * C::kStagingPitch];
+  alignas(1024) cute::array_aligned<typename C::Element, cute::cosize_v<typename C::SmemLayoutA>, 1024> a;
+  alignas(1024) cute::array_aligned<typename C::Element, cute::cosize_v<typename C::SmemLayoutB>, 1024> b;
+  alignas(16) __nv_bfloat16 staging[C::kStagingSlots][C::kBlockM * C::kStagingPitch];
   typename C::Pipeline::SharedStorage pipeline;
-  alignas(8) std::uint64_t staging_full[2];
-  alignas(8) std::uint64_t staging_empty[2];
+  alignas(8) std::uint64_t staging_full[C::kStagingSlots];
+  alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
 };
 
-template <class Schedule>
-__device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams& prm, const int* first_row) {
+template <class Schedule, class Params>
+__device__ __forceinline__ Schedule make_device_schedule(const Params& prm, const int* first_row) {
   const TileStreams streams{SchedulerRows{first_row, prm.pr.E_local()}, prm.pr.P1_l1_n_blocks(), prm.pr.P2_l2_n_blocks()};
   if constexpr (std::is_same_v<Schedule, InterleavedSchedule>) {
     return InterleavedSchedule{streams, prm.D_rows, static_cast<int>(gridDim.x)};
@@ -108,15 +123,14 @@ __device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reint
 
 // ---- roles -----------------------------------------------------------------------------------------
 
-template <class Schedule>
-__device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem, typename MegaMoeConfig::Pipeline& pipeline) {
+template <class Schedule, class C>
+__device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline) {
   using namespace cute;
-  using C = MegaMoeConfig;
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int EL = pr.E_local();
-  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), C::SmemLayoutAB{});
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), C::SmemLayoutAB{});
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutB{});
   Tensor mA1 = prm.tma_a1.get_tma_tensor(make_shape(int32_t(w.dispatch.capacity_rows), pr.h_hidden));
   Tensor mB1 = prm.tma_b1.get_tma_tensor(make_shape(EL * 2 * pr.h_inter, pr.h_hidden));
   Tensor mA2 = prm.tma_a2.get_tma_tensor(make_shape(w.ring.slots * pr.b_m, pr.h_inter));
@@ -124,8 +138,8 @@ __device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
   auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
 
   auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
-    Tensor gA = local_tile(mA, C::TileShapeAB{}, make_coord(a_block, _));  // (128, 64, k-blocks)
-    Tensor gB = local_tile(mB, C::TileShapeAB{}, make_coord(b_block, _));
+    Tensor gA = local_tile(mA, typename C::TileShapeA{}, make_coord(a_block, _));  // (128, 64, k-blocks)
+    Tensor gB = local_tile(mB, typename C::TileShapeB{}, make_coord(b_block, _));  // (b_n, 64, k-blocks)
     auto [tAgA, tAsA] = tma_partition(tma_a, _0{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
     auto [tBgB, tBsB] = tma_partition(tma_b, _0{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
     const int k_blocks = size<2>(gA);
@@ -174,7 +188,8 @@ __device__ void producer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
 // warp copies one row at a time, 8 × 16 bytes in flight per lane.
 inline constexpr int kDispatchUnitRows = 16;
 
-__device__ void dispatch_role(const MegaMoeParams& prm, const MegaMoeSharedStorage& smem, int dw) {
+template <class C>
+__device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedStorage<C>& smem, int dw) {
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
@@ -230,12 +245,14 @@ __device__ void dispatch_role(const MegaMoeParams& prm, const MegaMoeSharedStora
   if (lane == 0 && remote_bytes) atomicAdd(&prm.stats->peer_bytes, remote_bytes);
 }
 
-template <class Schedule>
-__device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem) {
+template <class Schedule, class C>
+__device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem) {
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks;
-  const int piece = lane % 16;  // 16-byte piece of the 256-byte row segment (128 bf16 columns)
+  constexpr int kLanesPerRow = C::kBlockN / 8;      // 16-byte pieces of one staged row: 16 or 32
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;   // rows one warp instruction covers: 2 or 1
+  const int piece = lane % kLanesPerRow;
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
@@ -245,8 +262,8 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
     const Tile t = step.tile;
     if (!t.valid()) break;
     if (t.stage != Stage::L2) continue;
-    const int slot = j & 1;
-    cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], (j >> 1) & 1);
+    const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
+    cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], phase);
     // The tile's 128 RowSources, 4 per lane (row 32·b + lane in rs[b]), in one round of loads, so the store
     // loop below has no global loads on its path. Read only now: the staging barrier orders them after
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
@@ -259,19 +276,19 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
       rs[b] = RowSource{v.x, v.y};
     }
     const __nv_bfloat16* staged = smem.staging[slot];
-    const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * MegaMoeConfig::kBlockN * 2 + piece * 16;
+    const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
     unsigned rows_to[kMaxEpRanks] = {};
-    // Two rows per step (lanes 0-15 and 16-31), 16 bytes per lane: rows 32·b + 2·it + lane / 16.
+    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int it = 0; it < 16; ++it) {
-        const int r_in = 2 * it + lane / 16;  // row within this group of 32
+      for (int it = 0; it < 32 / kRowsPerStep; ++it) {
+        const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
         const int rank = __shfl_sync(0xffffffffu, rs[b].rank, r_in);
         const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
         if (pair < 0) continue;
         const int r = 32 * b + r_in;
-        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * MegaMoeConfig::kStagingPitch + piece * 8);
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
         *at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes) = v;
 #pragma unroll
         for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
@@ -289,7 +306,7 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
       for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
       if (lane == 0 && n > 0) {
         red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
-        if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * MegaMoeConfig::kBlockN * 2;
+        if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * C::kBlockN * 2;
       }
     }
     if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
@@ -301,27 +318,27 @@ __device__ void storer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem
   }
 }
 
-template <class Schedule>
-__device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& smem, typename MegaMoeConfig::Pipeline& pipeline,
-                              int tid) {
+template <class Schedule, class C>
+__device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline, int tid) {
   using namespace cute;
-  using C = MegaMoeConfig;
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
-  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), C::SmemLayoutAB{});
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), C::SmemLayoutAB{});
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutB{});
   typename C::TiledMma mma;
   auto thr = mma.get_thread_slice(tid);
   Tensor tCrA = thr.partition_fragment_A(sA);  // (MMA, MMA_M, MMA_K, stages)
   Tensor tCrB = thr.partition_fragment_B(sB);
   Tensor acc = partition_fragment_C(mma, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
   Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}));
-  constexpr int kAcc = decltype(size(acc))::value;  // 64: 64 rows x 128 columns per warpgroup
-  static_assert(kAcc == 64);
-  // SwiGLU pairs gate column c < 64 with up column c + 64, which the SM90 accumulator layout puts in
-  // the same thread, 32 values later. Checked once, so a layout change cannot silently break it.
+  constexpr int kAcc = decltype(size(acc))::value;  // 64 rows × b_n columns per warpgroup: b_n / 2 per thread
+  static_assert(kAcc == C::kBlockN / 2);
+  constexpr int kHalf = C::kBlockN / 2;
+  // SwiGLU pairs gate column c < b_n/2 with up column c + b_n/2, which the SM90 accumulator layout puts in
+  // the same thread, kAcc/2 values later. Checked once, so a layout change cannot silently break it.
   for (int v = 0; v < kAcc / 2; ++v)
-    if (get<1>(tCcC(v)) >= 64 || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + 64 || get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
+    if (get<1>(tCcC(v)) >= kHalf || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + kHalf ||
+        get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
       moe_device_fail(prm.wait.status, MoeWait::accumulator_layout, prm.rank, v, 0, 0, prm.wait.epoch);
 
   typename C::Pipeline::PipelineState state;
@@ -356,7 +373,7 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
     pipeline.consumer_release(previous);
 
     if (t.stage == Stage::L1) {
-      // act = silu(gate) · up, bf16, into ring columns [n·64, n·64 + 64) of row block p.
+      // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.
       __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
       const std::int64_t pitch = pr.h_inter;
 #pragma unroll
@@ -372,9 +389,9 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
       if (tid == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l1_done(w.ring.slot(t.row))), 1);
       ++l1_tiles;
     } else {
-      const int slot = j & 1;
+      const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
       const long long t0 = clock64();
-      cutlass::arch::ClusterBarrier::wait(&smem.staging_empty[slot], ((j >> 1) & 1) ^ 1);
+      cutlass::arch::ClusterBarrier::wait(&smem.staging_empty[slot], phase ^ 1);
       staging_wait += clock64() - t0;
       __nv_bfloat16* staged = smem.staging[slot];
 #pragma unroll
@@ -396,7 +413,8 @@ __device__ void consumer_role(const MegaMoeParams& prm, MegaMoeSharedStorage& sm
 }
 
 // out[t] = Σ_j w[t][j] · combine[t][j] (fp32), tokens t = g, g + Gs, ... .
-__device__ void reduce_role(const MegaMoeParams& prm) {
+template <class C>
+__device__ void reduce_role(const MegaMoeParams<C>& prm) {
   const MoeProblem& pr = prm.pr;
   const int k = pr.top_k, chunks = pr.h_hidden / 8;
   for (int t = blockIdx.x; t < prm.tokens; t += gridDim.x) {
@@ -424,12 +442,11 @@ __device__ void reduce_role(const MegaMoeParams& prm) {
 
 // ---- the kernel ------------------------------------------------------------------------------------
 
-template <class Schedule>
-__global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUTE_GRID_CONSTANT MegaMoeParams const prm) {
+template <class Schedule, class C>
+__global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONSTANT MegaMoeParams<C> const prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using C = MegaMoeConfig;
   extern __shared__ __align__(1024) char smem_raw[];
-  MegaMoeSharedStorage& smem = *reinterpret_cast<MegaMoeSharedStorage*>(smem_raw);
+  MegaMoeSharedStorage<C>& smem = *reinterpret_cast<MegaMoeSharedStorage<C>*>(smem_raw);
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int P = pr.P_ranks, EL = pr.E_local();
@@ -465,10 +482,10 @@ __global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUT
     if (!w.dispatch.fits(static_cast<std::int64_t>(acc) * pr.b_m))
       moe_device_fail(prm.wait.status, MoeWait::capacity, prm.rank, -1, static_cast<std::uint32_t>(acc) * pr.b_m,
                       static_cast<std::uint32_t>(w.dispatch.capacity_rows), prm.epoch);
-    cutlass::arch::ClusterBarrier::init(&smem.staging_full[0], C::kConsumerThreads);
-    cutlass::arch::ClusterBarrier::init(&smem.staging_full[1], C::kConsumerThreads);
-    cutlass::arch::ClusterBarrier::init(&smem.staging_empty[0], 1);
-    cutlass::arch::ClusterBarrier::init(&smem.staging_empty[1], 1);
+    for (int slot = 0; slot < C::kStagingSlots; ++slot) {
+      cutlass::arch::ClusterBarrier::init(&smem.staging_full[slot], C::kConsumerThreads);
+      cutlass::arch::ClusterBarrier::init(&smem.staging_empty[slot], 1);
+    }
   }
   typename C::Pipeline::Params pipeline_params;
   pipeline_params.transaction_bytes = C::kStageBytes;
@@ -481,13 +498,17 @@ __global__ void __launch_bounds__(MegaMoeConfig::kThreads, 1) megamoe_kernel(CUT
 
   // 3. Roles.
   const int warp = threadIdx.x / 32;
-  if (warp == 0) {
-    if (threadIdx.x == 0) producer_role<Schedule>(prm, smem, pipeline);
-  } else if (warp == 1 || warp == 2) {
-    dispatch_role(prm, smem, warp - 1);
-  } else if (warp == 3) {
-    storer_role<Schedule>(prm, smem);
+  if (warp < 4) {
+    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegisters>();
+    if (warp == 0) {
+      if (threadIdx.x == 0) producer_role<Schedule>(prm, smem, pipeline);
+    } else if (warp == 1 || warp == 2) {
+      dispatch_role(prm, smem, warp - 1);
+    } else {
+      storer_role<Schedule>(prm, smem);
+    }
   } else {
+    cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();
     consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
   }
   __syncthreads();

@@ -5,17 +5,17 @@
 //   warp 0, lane 0   TMA producer: walks the schedule; per tile waits for its inputs (dispatch_ready for
 //                    L1, l1_done for L2, l2_done when a ring slot is reused), then loads the A and B
 //                    k-blocks into a kStages-deep shared-memory pipeline.
-//   warps 1-2        dispatch: pull token rows from the source ranks' token buffers over NVLink into the
-//                    local expert-major dispatch buffer (all CTAs together, front to back), write each
-//                    row's RowSource, raise dispatch_ready[p].
-//   warp 3           storer: drains the double-buffered staging of each L2 tile with 16-byte remote
-//                    stores into the source rank's combine buffer (the X-Stage traffic), then fences and
-//                    adds the rows to that source's combine_arrived.
-//   warpgroups 1-2   consumers: 64 rows each of the 128 x 128 tile, wgmma with both operands in shared
-//                    memory. L1 epilogue: SwiGLU in registers (gate column c and up column c + 64 sit in
-//                    the same thread), bf16 into the ring, l1_done. L2 epilogue: wait for a free staging
-//                    slot (where back-pressure from the stores reaches the tensor cores), write it, signal
-//                    the storer.
+//   warp 1           dispatch: pulls token rows from the source ranks' token buffers over NVLink into the
+//                    local expert-major dispatch buffer (all CTAs together, front to back), writes each
+//                    row's RowSource, raises dispatch_ready[p].
+//   warps 2-3        storers: drain the staging of each L2 tile (half the rows each) with 16-byte remote
+//                    stores into the source rank's combine buffer (the X-Stage traffic), then fence and
+//                    add the rows to that source's combine_arrived.
+//   warpgroups 1-2   consumers: 64 rows each of the 128 x b_n tile (b_n = 128 or 256), wgmma with both
+//                    operands in shared memory. L1 epilogue: SwiGLU in registers (gate column c and up
+//                    column c + b_n/2 sit in the same thread), bf16 into the ring, l1_done. L2 epilogue:
+//                    wait for a free staging slot (where back-pressure from the stores reaches the tensor
+//                    cores), write it, signal the storers.
 // After every role is done, the CTA waits until every owner has stored all rows of this rank's tokens
 // (combine_arrived) and computes its share of the top-k weighted sum (fp32) into the output.
 //
@@ -40,6 +40,9 @@
 
 namespace xstage::moe {
 
+// Dispatch pulls rows in units of this many consecutive rows of one scheduler row (dispatch_role).
+inline constexpr int kDispatchUnitRows = 16;
+
 // Tile 128 × kBlockN (b_n = 128 or 256), K step 64. With b_n = 256 the pipeline has 3 stages and one
 // staging slot (3 × 48 KB + 66 KB of shared memory), with b_n = 128 four stages and two slots.
 template <int kBlockN_>
@@ -50,6 +53,8 @@ struct MegaMoeConfig {
   static constexpr int kStagingSlots = kBlockN == 128 ? 2 : 1;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
+  static constexpr int kDispatchWarps = 1, kStorerWarps = 2;  // warp 1; warps 2-3 (warp 0: TMA producer)
+  static_assert(1 + kDispatchWarps + kStorerWarps == 4 && kDispatchUnitRows % kDispatchWarps == 0, "warpgroup 0's roles");
   static constexpr int kProducerRegisters = 72, kConsumerRegisters = 216;  // 72·128 + 216·256 = 63 K of 64 K
   static constexpr int kStagingPitch = kBlockN + 8;  // bf16 per staged row: 16 B aligned, no bank conflicts
   static constexpr int kMaxLocalExperts = 512;
@@ -183,17 +188,15 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
 // Pulls dispatch rows in units of kDispatchUnitRows consecutive rows of one scheduler row, unit u = g, g + Gs,
 // ... in increasing order, so that all CTAs together fill scheduler rows front to back (the order the L1
-// stream consumes them) instead of each CTA filling whole rows of its own. Warp `dw` (0 or 1) takes half
+// stream consumes them) instead of each CTA filling whole rows of its own. Dispatch warp `dw` takes its share
 // of each unit's rows: lanes resolve the rows' sources in parallel (remote 4-byte loads), then the whole
 // warp copies one row at a time, 8 × 16 bytes in flight per lane.
-inline constexpr int kDispatchUnitRows = 16;
-
 template <class C>
 __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedStorage<C>& smem, int dw) {
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
-  constexpr int kWarpRows = kDispatchUnitRows / 2;
+  constexpr int kWarpRows = kDispatchUnitRows / C::kDispatchWarps;
   const int units_per_row = pr.b_m / kDispatchUnitRows;
   const int units = smem.first_row[EL] * units_per_row;
   const int chunks = pr.h_hidden / 8;  // 16-byte pieces of one token row
@@ -245,8 +248,9 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
   if (lane == 0 && remote_bytes) atomicAdd(&prm.stats->peer_bytes, remote_bytes);
 }
 
+// Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
 template <class Schedule, class C>
-__device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem) {
+__device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, int sw) {
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   const int lane = threadIdx.x % 32, P = pr.P_ranks;
@@ -269,9 +273,10 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
     // read earlier they could be the previous call's.
     const RowSource* sources = at<const RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m));
-    RowSource rs[4];
+    RowSource rs[4] = {};
 #pragma unroll
     for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
+      if (b % C::kStorerWarps != sw) continue;
       const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * b + lane));
       rs[b] = RowSource{v.x, v.y};
     }
@@ -281,6 +286,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
+      if (b % C::kStorerWarps != sw) continue;
 #pragma unroll
       for (int it = 0; it < 32 / kRowsPerStep; ++it) {
         const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
@@ -309,7 +315,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * C::kBlockN * 2;
       }
     }
-    if (lane == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+    if (lane == 0 && sw == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
     ++j;
   }
   if (lane == 0) {
@@ -484,7 +490,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
                       static_cast<std::uint32_t>(w.dispatch.capacity_rows), prm.epoch);
     for (int slot = 0; slot < C::kStagingSlots; ++slot) {
       cutlass::arch::ClusterBarrier::init(&smem.staging_full[slot], C::kConsumerThreads);
-      cutlass::arch::ClusterBarrier::init(&smem.staging_empty[slot], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.staging_empty[slot], C::kStorerWarps);
     }
   }
   typename C::Pipeline::Params pipeline_params;
@@ -502,10 +508,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegisters>();
     if (warp == 0) {
       if (threadIdx.x == 0) producer_role<Schedule>(prm, smem, pipeline);
-    } else if (warp == 1 || warp == 2) {
+    } else if (warp <= C::kDispatchWarps) {
       dispatch_role(prm, smem, warp - 1);
     } else {
-      storer_role<Schedule>(prm, smem);
+      storer_role<Schedule>(prm, smem, warp - 1 - C::kDispatchWarps);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();

@@ -293,7 +293,9 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
           {"producer_wait_us_per_cta", st.producer_wait_cycles * per_cta_us},
           {"storer_drain_us_per_cta", st.storer_drain_cycles * per_cta_us},
           {"tail_us_per_cta", st.tail_cycles * per_cta_us},
-          {"l1_tiles", st.l1_tiles}, {"l2_tiles", st.l2_tiles}};
+          {"l1_tiles", st.l1_tiles}, {"l2_tiles", st.l2_tiles},
+          {"K_act_mean", st.l2_tiles ? double(st.burst_overlap_sum) / st.l2_tiles : 0.0},
+          {"K_act_max", st.burst_overlap_max}};
 }
 
 struct BenchConfig {
@@ -448,10 +450,11 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel}});
       if (!kernel.is_null())
         std::printf("    rank 0 kernel: consumer busy %.0f us/CTA, of it staging wait %.2f%%; producer waits %.0f us/CTA; "
-                    "storer drain %.0f us/CTA; tail %.0f us/CTA\n",
+                    "storer drain %.0f us/CTA; tail %.0f us/CTA; K_act mean %.1f max %llu of %d CTAs\n",
                     kernel["consumer_us_per_cta"].get<double>(), 100 * kernel["staging_wait_fraction"].get<double>(),
                     kernel["producer_wait_us_per_cta"].get<double>(), kernel["storer_drain_us_per_cta"].get<double>(),
-                    kernel["tail_us_per_cta"].get<double>());
+                    kernel["tail_us_per_cta"].get<double>(), kernel["K_act_mean"].get<double>(),
+                    kernel["K_act_max"].get<unsigned long long>(), kernel["ctas"].get<int>());
       if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
     }
   }

@@ -268,6 +268,11 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
     cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], phase);
+    if (sw == 0 && lane == 0) {  // K_act: how many CTAs are draining a tile as this one starts
+      const unsigned long long now = atomicAdd(&prm.stats->draining_now, 1ull) + 1;
+      atomicAdd(&prm.stats->burst_overlap_sum, now);
+      atomicMax(&prm.stats->burst_overlap_max, now);
+    }
     // The tile's 128 RowSources, 4 per lane (row 32·b + lane in rs[b]), in one round of loads, so the store
     // loop below has no global loads on its path. Read only now: the staging barrier orders them after
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
@@ -315,7 +320,10 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * C::kBlockN * 2;
       }
     }
-    if (lane == 0 && sw == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+    if (lane == 0 && sw == 0) {
+      red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+      atomicAdd(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over (its own storer 1 may lag a little)
+    }
     ++j;
   }
   if (lane == 0) {

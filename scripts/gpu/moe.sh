@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a machine with >= 2 NVLink GPUs: `xstage moe check` (all cases, every implementation: the unfused
+# On a machine with >= 2 NVLink GPUs: the fused layer's GPU tests, `xstage moe check` (all cases, every implementation: the unfused
 # baseline's two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and
 # racecheck of the fused kernel on tiny checks, then `xstage moe bench` over configs/moe_grid.json
 # (MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations; about 3 minutes for the whole grid
@@ -21,6 +21,9 @@ step "machine"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
 date -u
 ldd "$X" | grep -E "cublas|nccl" || true
+
+step "GPU tests of the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow)"
+timed "moe gpu tests" -- "$XSTAGE_TEST_DIR/xstage_moe_gpu_tests" || failures=$((failures+1))
 
 step "xstage moe check (all cases, every implementation)"
 timed "check" -- "$X" moe check --gpus "$GPUS" --out "$OUT/work/check.json" || failures=$((failures+1))

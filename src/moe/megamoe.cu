@@ -90,6 +90,9 @@ std::string describe(const MoeDeviceStatus& st, double timeout_s) {
     return "MegaMoE dispatch capacity exceeded on rank " + s(st.rank) + ": its experts receive " + s(st.value) +
            " rows (padded to b_m per expert) but the window holds " + s(st.target) +
            "; construct the layer with a larger capacity slack (0 = worst case, always enough)";
+  if (what == MoeWait::corrupt_routing)
+    return "MegaMoE on rank " + s(st.rank) + ": rank " + s(st.index) + " published pair index " + s(st.value) +
+           ", outside [0, " + s(st.target) + "); its send lists are corrupt";
   if (what == MoeWait::accumulator_layout)
     return "MegaMoE internal error on rank " + s(st.rank) + ": the wgmma accumulator layout does not pair gate and up columns";
   std::string index = st.index >= 0 ? "[" + s(st.index) + "]" : "";
@@ -154,6 +157,9 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
                 "MegaMoE: the inputs' problem differs from the layer's (" + xstage::moe::describe(in.problem) + " vs " +
                     xstage::moe::describe(pr_) + ")");
   require_input(in.tokens >= 0 && in.tokens <= pr_.T_tokens, "MegaMoE: " + s(in.tokens) + " tokens exceed T = " + s(pr_.T_tokens));
+  if (!failure_.empty())
+    throw PlatformError("MegaMoE: an earlier call of this layer failed (" + failure_ +
+                        "); the ranks' call epochs no longer agree, so construct a new layer on every rank");
   const std::uint32_t epoch = ++epoch_;
   char* local = static_cast<char*>(buffer_->local());
   const WaitContext ctx{status_, static_cast<std::uint64_t>(opt_.timeout_s * 1e9), rt_.rank(), epoch};
@@ -213,7 +219,10 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
 
 void FusedMoeLayer::finish(cudaStream_t stream) {
   const cudaError_t err = cudaStreamSynchronize(stream);
-  if (status_->failed) throw PlatformError(describe(*status_, opt_.timeout_s));
+  if (status_->failed) {
+    failure_ = describe(*status_, opt_.timeout_s);
+    throw PlatformError(failure_);
+  }
   XSTAGE_CUDA_CHECK(err);
   XSTAGE_CUDA_CHECK(cudaMemcpy(&last_stats_, stats_, sizeof last_stats_, cudaMemcpyDeviceToHost));
   last_peer_bytes_ = static_cast<std::int64_t>(last_stats_.peer_bytes);

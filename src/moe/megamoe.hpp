@@ -6,7 +6,9 @@
 //   3. MegaMoE    the persistent kernel: raise send_ready, dispatch by pulling, Linear-1 + SwiGLU,
 //                 Linear-2 with remote-store combine, top-k reduction; the last CTA signals the peers;
 //   4. finish()   (called by the harness after its timing) synchronises and turns a device-side timeout
-//                 or capacity overflow into an error that says what was awaited.
+//                 or capacity overflow into an error that says what was awaited. The kernel does not trap
+//                 (the CUDA context stays usable), but the ranks' call epochs no longer agree after a
+//                 failure, so the layer refuses further calls.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::uint32_t epoch_ = 0;
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1;
   std::int64_t last_peer_bytes_ = 0;
+  std::string failure_;  // set by finish() when a device wait failed; the layer refuses further calls
 };
 
 // "timed out after 10 s on rank 1, CTA 7 waiting for dispatch_ready[12] = 64 (needs 128) in call 3".

@@ -2,8 +2,11 @@
 // proxy fence between generic stores and TMA loads, and bounded waits that report what they waited for.
 //
 // No device-side wait in xstage is unbounded. A counter wait that passes its deadline records which
-// counter, its value and the target in host-mapped memory (MoeDeviceStatus), fences it to the system and
-// traps: the kernel ends, and the host reads the record instead of a bare "launch failure".
+// counter, its value and the target in host-mapped memory (MoeDeviceStatus) and returns false; from then
+// on every wait of the kernel returns at once, the kernel winds down on whatever its buffers hold (every
+// address it computes stays in bounds: a failure before the routing is known skips all tiles), and the
+// host reports the record. No trap: the CUDA context stays usable, so the caller can report, tear down
+// collectively and go on.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@ enum class MoeWait : std::int32_t {
   peer_finished,     // index = peer rank: it never finished reading this rank's previous call
   capacity,          // not a wait: value = dispatch rows needed, target = capacity rows
   accumulator_layout,  // not a wait: the wgmma accumulator layout is not the one SwiGLU pairs columns in
+  corrupt_routing,     // not a wait: index = source rank, value = a pair index outside [0, T·k) in its list
 };
 
 // One record per rank, in host-mapped memory; the first failing thread fills it.
@@ -94,7 +98,7 @@ __device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v
 // reader's acquire before its TMA loads: used on both sides of every counter a TMA load waits for.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
-// Records the failure (first thread wins) and ends the kernel.
+// Records a failure; the first one wins.
 __device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait what, int rank, int index,
                                              std::uint32_t value, std::uint32_t target, std::uint32_t epoch) {
   if (atomicCAS_system(&status->failed, 0u, 1u) == 0u) {
@@ -108,22 +112,32 @@ __device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait wh
     s->epoch = epoch;
     __threadfence_system();
   }
-  __trap();
+}
+
+__device__ __forceinline__ bool moe_failed(const MoeDeviceStatus* status) {
+  return *static_cast<const volatile std::uint32_t*>(&status->failed) != 0u;
 }
 
 // Spins until *counter - target >= 0 (wrap-safe), with acquire at GPU (kSystem = false) or system scope.
+// Returns false, having recorded why, when the deadline passes, and at once when another wait of this
+// kernel has already failed (checked every 64 spins: the record is in host memory).
 template <bool kSystem>
-__device__ __forceinline__ void wait_counter(const WaitContext& ctx, const std::uint32_t* counter, std::uint32_t target,
+__device__ __forceinline__ bool wait_counter(const WaitContext& ctx, const std::uint32_t* counter, std::uint32_t target,
                                              MoeWait what, int index) {
   auto load = [&] { return kSystem ? ld_acquire_sys(counter) : ld_acquire_gpu(counter); };
   std::uint32_t v = load();
-  if (static_cast<std::int32_t>(v - target) >= 0) return;
+  if (static_cast<std::int32_t>(v - target) >= 0) return true;
   const std::uint64_t deadline = global_timer_ns() + ctx.timeout_ns;
   for (std::uint32_t spins = 0;; ++spins) {
     v = load();
-    if (static_cast<std::int32_t>(v - target) >= 0) return;
-    if ((spins & 63u) == 63u && global_timer_ns() > deadline)
-      moe_device_fail(ctx.status, what, ctx.rank, index, v, target, ctx.epoch);
+    if (static_cast<std::int32_t>(v - target) >= 0) return true;
+    if ((spins & 63u) == 63u) {
+      if (moe_failed(ctx.status)) return false;
+      if (global_timer_ns() > deadline) {
+        moe_device_fail(ctx.status, what, ctx.rank, index, v, target, ctx.epoch);
+        return false;
+      }
+    }
   }
 }
 

@@ -111,6 +111,7 @@ struct MegaMoeSharedStorage {
   alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
+  int routing_ok;                           // every source published this call, and its rows fit
 };
 
 template <class Schedule, class Params>
@@ -214,8 +215,14 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
       if (i < rows_e) {
         int s = 0, before = 0;
         while (i >= before + smem.counts[s * EL + e]) before += smem.counts[s * EL + e], ++s;
-        src.rank = s;
-        src.pair = ld_relaxed_sys(at<const int>(prm.peer[s], w.send.pair_offset(pr.global_expert(prm.rank, e), i - before)));
+        const int pair = ld_relaxed_sys(at<const int>(prm.peer[s], w.send.pair_offset(pr.global_expert(prm.rank, e), i - before)));
+        if (pair >= 0 && pair < pr.T_tokens * pr.top_k) {
+          src.rank = s;
+          src.pair = pair;
+        } else {  // a corrupt list must not send the copy out of bounds
+          moe_device_fail(prm.wait.status, MoeWait::corrupt_routing, prm.rank, s, static_cast<std::uint32_t>(pair),
+                          static_cast<std::uint32_t>(pr.T_tokens * pr.top_k), prm.wait.epoch);
+        }
       }
       *at<RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(p) * pr.b_m + r0 + lane)) = src;
     }
@@ -471,9 +478,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
       __threadfence_system();
       st_release_sys(at<std::uint32_t>(prm.local, w.epochs.send_ready()), prm.epoch);
     }
-    for (int s = 0; s < P; ++s)
-      wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.peer[s], w.epochs.send_ready()), prm.epoch,
-                         MoeWait::peer_send_ready, s);
+    bool ok = true;
+    for (int s = 0; s < P && ok; ++s)
+      ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.peer[s], w.epochs.send_ready()), prm.epoch,
+                              MoeWait::peer_send_ready, s);
+    smem.routing_ok = ok;
     cute::prefetch_tma_descriptor(prm.tma_a1.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_b1.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_a2.get_tma_descriptor());
@@ -481,21 +490,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   }
   __syncthreads();
   // 2. Counts of every source for the local experts, and the scheduler rows O_e.
+  // A source that never published (the wait failed) leaves the routing unknown: no rows, no tiles.
   for (int i = threadIdx.x; i < P * EL; i += blockDim.x)
-    smem.counts[i] = ld_relaxed_sys(at<const int>(prm.peer[i / EL], w.send.count_offset(pr.global_expert(prm.rank, i % EL))));
+    smem.counts[i] = smem.routing_ok ? ld_relaxed_sys(at<const int>(prm.peer[i / EL], w.send.count_offset(pr.global_expert(prm.rank, i % EL)))) : 0;
   __syncthreads();
   if (threadIdx.x == 0) {
-    int acc = 0;
+    std::int64_t acc = 0;
     for (int e = 0; e < EL; ++e) {
-      smem.first_row[e] = acc;
-      int rows = 0;
+      smem.first_row[e] = static_cast<int>(acc);
+      std::int64_t rows = 0;
       for (int s = 0; s < P; ++s) rows += smem.counts[s * EL + e];
-      acc += m_blocks(rows, pr.b_m);
+      acc += m_blocks(static_cast<int>(rows < (1 << 30) ? rows : (1 << 30)), pr.b_m);
     }
-    smem.first_row[EL] = acc;
-    if (!w.dispatch.fits(static_cast<std::int64_t>(acc) * pr.b_m))
-      moe_device_fail(prm.wait.status, MoeWait::capacity, prm.rank, -1, static_cast<std::uint32_t>(acc) * pr.b_m,
+    smem.first_row[EL] = static_cast<int>(acc);
+    if (!w.dispatch.fits(acc * pr.b_m)) {
+      moe_device_fail(prm.wait.status, MoeWait::capacity, prm.rank, -1, static_cast<std::uint32_t>(acc * pr.b_m),
                       static_cast<std::uint32_t>(w.dispatch.capacity_rows), prm.epoch);
+      for (int e = 0; e <= EL; ++e) smem.first_row[e] = 0;  // run nothing rather than write out of bounds
+      smem.routing_ok = 0;
+    }
     for (int slot = 0; slot < C::kStagingSlots; ++slot) {
       cutlass::arch::ClusterBarrier::init(&smem.staging_full[slot], C::kConsumerThreads);
       cutlass::arch::ClusterBarrier::init(&smem.staging_empty[slot], C::kStorerWarps);
@@ -529,11 +542,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
 
   // 4. Every owner has stored every row of this rank's tokens: the top-k reduction.
   const long long tail_start = clock64();
-  if (threadIdx.x == 0)
-    wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, w.counters.combine_arrived()),
-                       static_cast<std::uint32_t>(prm.tokens) * pr.top_k * pr.P2_l2_n_blocks(), MoeWait::combine_arrived, -1);
+  if (threadIdx.x == 0 && smem.routing_ok)
+    smem.routing_ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, w.counters.combine_arrived()),
+                                         static_cast<std::uint32_t>(prm.tokens) * pr.top_k * pr.P2_l2_n_blocks(),
+                                         MoeWait::combine_arrived, -1);
   __syncthreads();
-  reduce_role(prm);
+  if (smem.routing_ok) reduce_role(prm);  // else the output stays as it was; finish() reports the failure
 
   // 5. The last CTA tells every peer that this rank has finished reading its data of this call.
   __syncthreads();

@@ -134,6 +134,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(MoeDeviceStatus), cudaHostAllocMapped));
   *status_ = MoeDeviceStatus{};
   XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
+  XSTAGE_CUDA_CHECK(cudaMalloc(&aborted_, sizeof(std::uint32_t)));
 
   if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
   else set_smem_attributes<MegaMoeConfig<128>>();
@@ -144,6 +145,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
 FusedMoeLayer::~FusedMoeLayer() {
   if (status_) cudaFreeHost(status_);
   if (stats_) cudaFree(stats_);
+  if (aborted_) cudaFree(aborted_);
 }
 
 std::string FusedMoeLayer::name() const {
@@ -162,8 +164,9 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
                         "); the ranks' call epochs no longer agree, so construct a new layer on every rank");
   const std::uint32_t epoch = ++epoch_;
   char* local = static_cast<char*>(buffer_->local());
-  const WaitContext ctx{status_, static_cast<std::uint64_t>(opt_.timeout_s * 1e9), rt_.rank(), epoch};
+  const WaitContext ctx{status_, aborted_, static_cast<std::uint64_t>(opt_.timeout_s * 1e9), rt_.rank(), epoch};
 
+  XSTAGE_CUDA_CHECK(cudaMemsetAsync(aborted_, 0, sizeof(std::uint32_t), stream));
   prologue_kernel<<<1, kMaxEpRanks, 0, stream>>>(local, window_.epochs, rt_.rank(), pr_.P_ranks, epoch, ctx);
   XSTAGE_CUDA_CHECK_LAUNCH();
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(local + window_.counters.region.offset_bytes, 0, window_.counters.region.size_bytes, stream));

@@ -65,6 +65,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   char* peer_[kMaxEpRanks] = {};
   MoeDeviceStatus* status_ = nullptr;  // host-mapped
   MoeKernelStats* stats_ = nullptr;  // device
+  std::uint32_t* aborted_ = nullptr;  // device: a wait failed in this call
   MoeKernelStats last_stats_{};
   std::uint32_t epoch_ = 0;
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1;

@@ -62,7 +62,8 @@ struct MoeKernelStats {
 
 // Everything a bounded wait needs to report a timeout.
 struct WaitContext {
-  MoeDeviceStatus* status;
+  MoeDeviceStatus* status;       // host-mapped: what failed, for the host
+  std::uint32_t* aborted;        // device memory, zeroed per call: set with the record, polled by every wait
   std::uint64_t timeout_ns;
   int rank;
   std::uint32_t epoch;
@@ -98,9 +99,13 @@ __device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v
 // reader's acquire before its TMA loads: used on both sides of every counter a TMA load waits for.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
-// Records a failure; the first one wins.
-__device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait what, int rank, int index,
-                                             std::uint32_t value, std::uint32_t target, std::uint32_t epoch) {
+// Records a failure (the first one wins) and raises the kernel's abort flag.
+__device__ __noinline__ void moe_device_fail(const WaitContext& ctx, MoeWait what, int index, std::uint32_t value,
+                                             std::uint32_t target) {
+  atomicExch(ctx.aborted, 1u);
+  MoeDeviceStatus* status = ctx.status;
+  const int rank = ctx.rank;
+  const std::uint32_t epoch = ctx.epoch;
   if (atomicCAS_system(&status->failed, 0u, 1u) == 0u) {
     volatile MoeDeviceStatus* s = status;
     s->what = static_cast<std::int32_t>(what);
@@ -114,8 +119,9 @@ __device__ __noinline__ void moe_device_fail(MoeDeviceStatus* status, MoeWait wh
   }
 }
 
-__device__ __forceinline__ bool moe_failed(const MoeDeviceStatus* status) {
-  return *static_cast<const volatile std::uint32_t*>(&status->failed) != 0u;
+// Polled by spinning waits: device memory (the host-mapped record would put a PCIe read in every spin).
+__device__ __forceinline__ bool moe_aborted(const WaitContext& ctx) {
+  return *static_cast<const volatile std::uint32_t*>(ctx.aborted) != 0u;
 }
 
 // Spins until *counter - target >= 0 (wrap-safe), with acquire at GPU (kSystem = false) or system scope.
@@ -132,9 +138,9 @@ __device__ __forceinline__ bool wait_counter(const WaitContext& ctx, const std::
     v = load();
     if (static_cast<std::int32_t>(v - target) >= 0) return true;
     if ((spins & 63u) == 63u) {
-      if (moe_failed(ctx.status)) return false;
+      if (moe_aborted(ctx)) return false;
       if (global_timer_ns() > deadline) {
-        moe_device_fail(ctx.status, what, ctx.rank, index, v, target, ctx.epoch);
+        moe_device_fail(ctx, what, index, v, target);
         return false;
       }
     }

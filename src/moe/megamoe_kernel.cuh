@@ -220,8 +220,8 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
           src.rank = s;
           src.pair = pair;
         } else {  // a corrupt list must not send the copy out of bounds
-          moe_device_fail(prm.wait.status, MoeWait::corrupt_routing, prm.rank, s, static_cast<std::uint32_t>(pair),
-                          static_cast<std::uint32_t>(pr.T_tokens * pr.top_k), prm.wait.epoch);
+          moe_device_fail(prm.wait, MoeWait::corrupt_routing, s, static_cast<std::uint32_t>(pair),
+                          static_cast<std::uint32_t>(pr.T_tokens * pr.top_k));
         }
       }
       *at<RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(p) * pr.b_m + r0 + lane)) = src;
@@ -360,7 +360,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   for (int v = 0; v < kAcc / 2; ++v)
     if (get<1>(tCcC(v)) >= kHalf || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + kHalf ||
         get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
-      moe_device_fail(prm.wait.status, MoeWait::accumulator_layout, prm.rank, v, 0, 0, prm.wait.epoch);
+      moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
 
   typename C::Pipeline::PipelineState state;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
@@ -504,8 +504,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     }
     smem.first_row[EL] = static_cast<int>(acc);
     if (!w.dispatch.fits(acc * pr.b_m)) {
-      moe_device_fail(prm.wait.status, MoeWait::capacity, prm.rank, -1, static_cast<std::uint32_t>(acc * pr.b_m),
-                      static_cast<std::uint32_t>(w.dispatch.capacity_rows), prm.epoch);
+      moe_device_fail(prm.wait, MoeWait::capacity, -1, static_cast<std::uint32_t>(acc * pr.b_m),
+                      static_cast<std::uint32_t>(w.dispatch.capacity_rows));
       for (int e = 0; e <= EL; ++e) smem.first_row[e] = 0;  // run nothing rather than write out of bounds
       smem.routing_ok = 0;
     }

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "common/sm90_wgmma.cuh"
+#include "moe/bf16x8.cuh"
 #include "moe/layout.hpp"
 #include "moe/megamoe_device.cuh"
 #include "moe/problem.hpp"
@@ -127,6 +128,22 @@ __device__ __forceinline__ Schedule make_device_schedule(const Params& prm, cons
 template <class T>
 __device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reinterpret_cast<T*>(base + offset); }
 
+// This CTA's tiles in schedule order: `for (TileWalk<Schedule> walk(sched); walk.next();) use(walk.tile);`.
+// The producer, the storers and the consumers each walk the same sequence, with no shared state.
+template <class Schedule>
+struct TileWalk {
+  const Schedule& sched;
+  typename Schedule::State state;
+  Tile tile;
+  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x))) {}
+  __device__ bool next() {
+    const auto step = sched.next(state);
+    state = step.next;
+    tile = step.tile;
+    return tile.valid();
+  }
+};
+
 // ---- roles -----------------------------------------------------------------------------------------
 
 template <class Schedule, class C>
@@ -160,11 +177,8 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   unsigned long long wait_cycles = 0;
-  for (auto s = sched.start(blockIdx.x);;) {
-    const auto step = sched.next(s);
-    s = step.next;
-    const Tile t = step.tile;
-    if (!t.valid()) break;
+  for (TileWalk<Schedule> walk(sched); walk.next();) {
+    const Tile t = walk.tile;
     const int slot = w.ring.slot(t.row);
     const long long t0 = clock64();
     if (t.stage == Stage::L1) {
@@ -267,11 +281,8 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
-  for (auto s = sched.start(blockIdx.x);;) {
-    const auto step = sched.next(s);
-    s = step.next;
-    const Tile t = step.tile;
-    if (!t.valid()) break;
+  for (TileWalk<Schedule> walk(sched); walk.next();) {
+    const Tile t = walk.tile;
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
     cutlass::arch::ClusterBarrier::wait(&smem.staging_full[slot], phase);
@@ -367,11 +378,8 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
   long long first_start = -1, last_end = 0;
   unsigned long long staging_wait = 0;
-  for (auto s = sched.start(blockIdx.x);;) {
-    const auto step = sched.next(s);
-    s = step.next;
-    const Tile t = step.tile;
-    if (!t.valid()) break;
+  for (TileWalk<Schedule> walk(sched); walk.next();) {
+    const Tile t = walk.tile;
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
     if (first_start < 0) first_start = clock64();
     // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
@@ -441,22 +449,9 @@ __device__ void reduce_role(const MegaMoeParams<C>& prm) {
   for (int t = blockIdx.x; t < prm.tokens; t += gridDim.x) {
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
       float sum[8] = {};
-      for (int j = 0; j < k; ++j) {
-        const float wt = prm.topk_weights[t * k + j];
-        const uint4 v = __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j)) + c);
-        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 f = __bfloat1622float2(h2[q]);
-          sum[2 * q] += wt * f.x;
-          sum[2 * q + 1] += wt * f.y;
-        }
-      }
-      uint4 o;
-      __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) o2[q] = __floats2bfloat162_rn(sum[2 * q], sum[2 * q + 1]);
-      reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = o;
+      for (int j = 0; j < k; ++j)
+        accumulate_bf16x8(sum, prm.topk_weights[t * k + j], __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j)) + c));
+      reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
     }
   }
 }

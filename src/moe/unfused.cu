@@ -7,6 +7,7 @@
 #include "common/cublas_check.hpp"
 #include "common/cuda_check.hpp"
 #include "common/nccl_check.hpp"
+#include "moe/bf16x8.cuh"
 
 namespace xstage::moe {
 namespace {
@@ -49,20 +50,10 @@ __global__ void topk_reduce_kernel(__nv_bfloat16* out, const __nv_bfloat16* comb
   const std::int64_t t = blockIdx.x;
   for (int v = threadIdx.x; v < h / 8; v += blockDim.x) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < k; ++j) {
-      const float w = weights[t * k + j];
-      const uint4 raw = reinterpret_cast<const uint4*>(combined + static_cast<std::int64_t>(pair_row[t * k + j]) * h)[v];
-      const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(x[i]);
-        acc[2 * i] += w * f.x;
-        acc[2 * i + 1] += w * f.y;
-      }
-    }
-    uint4 packed;
-    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&packed);
-    for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    reinterpret_cast<uint4*>(out + t * h)[v] = packed;
+    for (int j = 0; j < k; ++j)
+      accumulate_bf16x8(acc, weights[t * k + j],
+                        reinterpret_cast<const uint4*>(combined + static_cast<std::int64_t>(pair_row[t * k + j]) * h)[v]);
+    reinterpret_cast<uint4*>(out + t * h)[v] = pack_bf16x8(acc);
   }
 }
 

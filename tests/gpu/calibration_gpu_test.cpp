@@ -12,12 +12,12 @@
 #include <memory>
 
 #include "calibration/store_bench.hpp"
-#include "comm/launcher.hpp"
 #include "comm/peer_map.hpp"
 #include "comm/runtime.hpp"
 #include "comm/signal_barrier.hpp"
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
+#include "rank_test_main.hpp"
 
 namespace xstage {
 namespace {
@@ -173,22 +173,5 @@ TEST_F(Fixture, DeviceBarrierReportsAMissingPeerInsteadOfHanging) {
 }  // namespace xstage
 
 int main(int argc, char** argv) {
-  try {
-    const auto env = xstage::comm::rank_env_from_environment();
-    if (!env) {  // every visible GPU, one rank each (at least 2)
-      const int gpus = xstage::comm::visible_gpu_count();
-      if (gpus < 2) throw xstage::PlatformError("the GPU tests need 2 GPUs joined by NVLink; 1 is visible");
-      xstage::comm::require_peer_access(gpus);
-      return xstage::comm::run_local_ranks(gpus);
-    }
-    ::testing::InitGoogleTest(&argc, argv);
-    xstage::comm::Runtime rt(*env);
-    xstage::g_rt = &rt;
-    const int rc = RUN_ALL_TESTS();
-    rt.barrier();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xstage_gpu_tests: error: %s\n", e.what());
-    return 1;
-  }
+  return xstage::test::run_rank_tests(argc, argv, "xstage_gpu_tests", &xstage::g_rt);
 }

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
+#include "rank_test_main.hpp"
 #include "moe/layer.hpp"
 #include "moe/megamoe.hpp"
 #include "moe/reference.hpp"
@@ -54,6 +54,17 @@ double rel_l2(const std::vector<std::uint16_t>& got, const std::vector<float>& w
     r2 += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(e2 / r2);
+}
+
+// The message of the PlatformError that forward + finish throw, or "" when they do not.
+std::string platform_error_of(FusedMoeLayer& layer, const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
+  try {
+    layer.forward(in, out, stream);
+    layer.finish(stream);
+  } catch (const PlatformError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Thirty calls of one layer: each rank's output matches the reference and is bitwise the same every call
@@ -103,13 +114,7 @@ TEST(FusedMoeGpu, MissingPeerTimesOutAndNamesIt) {
   FusedMoeLayer layer(pr, rt, opt);
   LayerOutput out = make_layer_output(pr);
   if (rt.rank() == 0) {
-    std::string message;
-    try {
-      layer.forward(in, out, rt.stream());
-      layer.finish(rt.stream());
-    } catch (const PlatformError& e) {
-      message = e.what();
-    }
+    const std::string message = platform_error_of(layer, in, out, rt.stream());
     EXPECT_NE(message.find("timed out after"), std::string::npos) << message;
     EXPECT_NE(message.find("send_ready of peer rank[1]"), std::string::npos) << message;
     EXPECT_THROW(layer.forward(in, out, rt.stream()), PlatformError);
@@ -137,13 +142,7 @@ TEST(FusedMoeGpu, CapacityOverflowIsReportedNotWritten) {
   for (int r = 0; r < pr.P_ranks; ++r) overflowing_ranks += routing.rows_used(r) > layer.window().dispatch.capacity_rows;
   ASSERT_GE(overflowing_ranks, 1) << "the routing must overflow some rank for this test to mean anything";
   LayerOutput out = make_layer_output(pr);
-  std::string message;
-  try {
-    layer.forward(in, out, rt.stream());
-    layer.finish(rt.stream());
-  } catch (const PlatformError& e) {
-    message = e.what();
-  }
+  const std::string message = platform_error_of(layer, in, out, rt.stream());
   if (overflows) {
     EXPECT_NE(message.find("dispatch capacity exceeded on rank " + std::to_string(rt.rank())), std::string::npos) << message;
     EXPECT_NE(message.find(std::to_string(routing.rows_used(rt.rank()))), std::string::npos) << message;
@@ -157,22 +156,5 @@ TEST(FusedMoeGpu, CapacityOverflowIsReportedNotWritten) {
 }  // namespace xstage::moe
 
 int main(int argc, char** argv) {
-  try {
-    const auto env = xstage::comm::rank_env_from_environment();
-    if (!env) {  // every visible GPU, one rank each (at least 2)
-      const int gpus = xstage::comm::visible_gpu_count();
-      if (gpus < 2) throw xstage::PlatformError("the MoE GPU tests need 2 GPUs joined by NVLink; 1 is visible");
-      xstage::comm::require_peer_access(gpus);
-      return xstage::comm::run_local_ranks(gpus);
-    }
-    ::testing::InitGoogleTest(&argc, argv);
-    xstage::comm::Runtime rt(*env);
-    xstage::moe::g_rt = &rt;
-    const int rc = RUN_ALL_TESTS();
-    rt.barrier();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xstage_moe_gpu_tests: error: %s\n", e.what());
-    return 1;
-  }
+  return xstage::test::run_rank_tests(argc, argv, "xstage_moe_gpu_tests", &xstage::moe::g_rt);
 }

@@ -68,40 +68,9 @@ void set_smem_attributes() {
   XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(&megamoe_kernel<InterleavedSchedule, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-const char* wait_name(MoeWait w) {
-  switch (w) {
-    case MoeWait::peer_send_ready: return "send_ready of peer rank";
-    case MoeWait::dispatch_ready: return "dispatch_ready of scheduler row";
-    case MoeWait::l1_done: return "l1_done of ring slot";
-    case MoeWait::l2_done: return "l2_done of ring slot";
-    case MoeWait::combine_arrived: return "combine_arrived (rows x n-blocks stored by the owners)";
-    case MoeWait::peer_finished: return "peer_finished of peer rank";
-    default: return "?";
-  }
-}
-
 }  // namespace
 
 const char* to_string(MoeScheduleKind kind) { return kind == MoeScheduleKind::expert_wave ? "expert-wave" : "interleaved"; }
-
-std::string describe(const MoeDeviceStatus& st, double timeout_s) {
-  const auto what = static_cast<MoeWait>(st.what);
-  if (what == MoeWait::capacity)
-    return "MegaMoE dispatch capacity exceeded on rank " + s(st.rank) + ": its experts receive " + s(st.value) +
-           " rows (padded to b_m per expert) but the window holds " + s(st.target) +
-           "; construct the layer with a larger capacity slack (0 = worst case, always enough)";
-  if (what == MoeWait::corrupt_routing)
-    return "MegaMoE on rank " + s(st.rank) + ": rank " + s(st.index) + " published pair index " + s(st.value) +
-           ", outside [0, " + s(st.target) + "); its send lists are corrupt";
-  if (what == MoeWait::accumulator_layout)
-    return "MegaMoE internal error on rank " + s(st.rank) + ": the wgmma accumulator layout does not pair gate and up columns";
-  std::string index = st.index >= 0 ? "[" + s(st.index) + "]" : "";
-  return "MegaMoE timed out after " + std::to_string(timeout_s) + " s on rank " + s(st.rank) + ", CTA " + s(st.cta) +
-         " waiting for " + wait_name(what) + index + " = " + s(st.value) + " (needs " + s(st.target) + ") in call " +
-         s(st.epoch) + (what == MoeWait::peer_send_ready || what == MoeWait::peer_finished
-                            ? ": that rank never got there (crashed, or runs a different layer/shape)"
-                            : "");
-}
 
 FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const FusedMoeOptions& opt) : pr_(pr), rt_(rt), opt_(opt) {
   validate(pr_);

@@ -73,7 +73,4 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::string failure_;  // set by finish() when a device wait failed; the layer refuses further calls
 };
 
-// "timed out after 10 s on rank 1, CTA 7 waiting for dispatch_ready[12] = 64 (needs 128) in call 3".
-std::string describe(const MoeDeviceStatus& status, double timeout_s);
-
 }  // namespace xstage::moe

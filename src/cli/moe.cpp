@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -295,7 +296,12 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
           {"tail_us_per_cta", st.tail_cycles * per_cta_us},
           {"l1_tiles", st.l1_tiles}, {"l2_tiles", st.l2_tiles},
           {"K_act_mean", st.l2_tiles ? double(st.burst_overlap_sum) / st.l2_tiles : 0.0},
-          {"K_act_max", st.burst_overlap_max}};
+          {"K_act_max", st.burst_overlap_max},
+          // %globaltimer: earliest CTA entry -> earliest first tile -> last tile end -> kernel end
+          {"head_us", (double(~st.first_tile_not_ns) - double(~st.kernel_start_not_ns)) / 1e3},
+          {"tiles_us", (double(st.last_tile_end_ns) - double(~st.first_tile_not_ns)) / 1e3},
+          {"tail_us", (double(st.kernel_end_ns) - double(st.last_tile_end_ns)) / 1e3},
+          {"kernel_us", (double(st.kernel_end_ns) - double(~st.kernel_start_not_ns)) / 1e3}};
 }
 
 struct BenchConfig {
@@ -376,10 +382,13 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       launch();  // untimed first run
       layer->finish(stream);
       // One trial of the paper protocol: all ranks line up, then one event-timed forward.
+      std::vector<double> enqueue_us;  // host time to enqueue one forward (the GPU runs meanwhile)
       auto barrier_aligned_forward_ms = [&] {
         rt.barrier();
         XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
+        const auto t0 = std::chrono::steady_clock::now();
         launch();
+        enqueue_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
         XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
         layer->finish(stream);
         float elapsed_ms = 0;
@@ -447,14 +456,18 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"tflops_per_rank", tflops}, {"flop_per_rank", flop},
                                 {"peer_bytes_per_rank_mean", peer_bytes}, {"nvlink_gbps_per_rank", gbps},
                                 {"rows_received_min", rows_min}, {"rows_received_max", rows_max},
-                                {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel}});
+                                {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel},
+                                {"host_enqueue_us_median_rank0", median(enqueue_us)}});
       if (!kernel.is_null())
         std::printf("    rank 0 kernel: consumer busy %.0f us/CTA, of it staging wait %.2f%%; producer waits %.0f us/CTA; "
-                    "storer drain %.0f us/CTA; tail %.0f us/CTA; K_act mean %.1f max %llu of %d CTAs\n",
+                    "storer drain %.0f us/CTA; tail %.0f us/CTA; K_act mean %.1f max %llu of %d CTAs; "
+                    "kernel %.0f us = head %.0f + tiles %.0f + tail %.0f; host enqueue %.0f us\n",
                     kernel["consumer_us_per_cta"].get<double>(), 100 * kernel["staging_wait_fraction"].get<double>(),
                     kernel["producer_wait_us_per_cta"].get<double>(), kernel["storer_drain_us_per_cta"].get<double>(),
                     kernel["tail_us_per_cta"].get<double>(), kernel["K_act_mean"].get<double>(),
-                    kernel["K_act_max"].get<unsigned long long>(), kernel["ctas"].get<int>());
+                    kernel["K_act_max"].get<unsigned long long>(), kernel["ctas"].get<int>(), kernel["kernel_us"].get<double>(),
+                    kernel["head_us"].get<double>(), kernel["tiles_us"].get<double>(), kernel["tail_us"].get<double>(),
+                    median(enqueue_us));
       if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
     }
   }

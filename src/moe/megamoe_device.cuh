@@ -31,6 +31,9 @@ struct MoeKernelStats {
   unsigned long long draining_now;          // live count during the kernel
   unsigned long long burst_overlap_sum;
   unsigned long long burst_overlap_max;
+  // %globaltimer (ns, one clock for all SMs): the earliest CTA entry and first tile start are kept as their
+  // bitwise complements under atomicMax (the record starts zeroed), the last tile end and kernel end as is.
+  unsigned long long kernel_start_not_ns, first_tile_not_ns, last_tile_end_ns, kernel_end_ns;
 };
 
 // Everything a bounded wait needs to report a timeout.

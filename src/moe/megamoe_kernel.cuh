@@ -381,7 +381,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   for (TileWalk<Schedule> walk(sched); walk.next();) {
     const Tile t = walk.tile;
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
-    if (first_start < 0) first_start = clock64();
+    if (first_start < 0) {
+      first_start = clock64();
+      if (tid == 0) atomicMax(&prm.stats->first_tile_not_ns, ~static_cast<unsigned long long>(global_timer_ns()));
+    }
     // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
     typename C::Pipeline::PipelineState previous = state;
     for (int kb = 0; kb < k_blocks; ++kb) {
@@ -434,7 +437,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     last_end = clock64();
   }
   if (tid == 0) {
-    if (first_start >= 0) atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
+    if (first_start >= 0) {
+      atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
+      atomicMax(&prm.stats->last_tile_end_ns, static_cast<unsigned long long>(global_timer_ns()));
+    }
     atomicAdd(&prm.stats->staging_wait_cycles, staging_wait);
     atomicAdd(&prm.stats->l1_tiles, static_cast<unsigned long long>(l1_tiles));
     atomicAdd(&prm.stats->l2_tiles, static_cast<unsigned long long>(j));
@@ -469,6 +475,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
 
   // 1. Publish this call (CTA 0) and wait until every source has published its own.
   if (threadIdx.x == 0) {
+    atomicMax(&prm.stats->kernel_start_not_ns, ~static_cast<unsigned long long>(global_timer_ns()));
     if (blockIdx.x == 0) {
       __threadfence_system();
       st_release_sys(at<std::uint32_t>(prm.local, w.epochs.send_ready()), prm.epoch);
@@ -548,6 +555,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   __syncthreads();
   if (threadIdx.x == 0) {
     atomicAdd(&prm.stats->tail_cycles, static_cast<unsigned long long>(clock64() - tail_start));
+    atomicMax(&prm.stats->kernel_end_ns, static_cast<unsigned long long>(global_timer_ns()));
     __threadfence();
     if (atomicAdd(at<std::uint32_t>(prm.local, w.counters.ctas_finished()), 1u) == gridDim.x - 1) {
       __threadfence_system();

@@ -258,17 +258,30 @@ TEST(MoeScheduler, LeadSweepAtTheDeepSeekTileMix) {
   EXPECT_GT(s.makespan[0], best * 2);
 }
 
-TEST(MoeScheduler, WaveSizeHeuristicFillsTheGrid) {
+TEST(MoeScheduler, WaveSizeHeuristicFitsOneRoundOfL1Tiles) {
   MoeProblem pr = test::small_problem(8, 256, 8, 4096);
   pr.h_hidden = 7168;
   pr.h_inter = 2048;
-  // 4096·8 rows over 32 local experts = 1024 rows = 8 m-blocks; min(P1 = 32, P2 = 56) = 32 -> 256 tiles >= 132.
+  // 4096·8 rows over 32 local experts = 1024 rows = 8 m-blocks; P1 = 32 -> 256 L1 tiles > 132: one expert.
   EXPECT_EQ(wave_size_experts(pr, 132), 1);
-  // Few tokens: 64·8 / 32 = 16 rows -> 1 m-block · 32 tiles per expert -> 5 experts fill 132 CTAs.
+  // The headline at P = 2 with 128x256 tiles: 2 m-blocks · P1 = 16 -> 32 tiles per expert -> 4 experts (128).
+  MoeProblem p2 = test::small_problem(2, 256, 8, 4096);
+  p2.h_hidden = 7168, p2.h_inter = 2048, p2.b_n = 256;
+  EXPECT_EQ(wave_size_experts(p2, 132), 4);
+  // Few tokens: 64·8 / 32 = 16 rows -> 1 m-block · 32 tiles per expert -> 4 experts (128 <= 132).
   pr.T_tokens = 64;
-  EXPECT_EQ(wave_size_experts(pr, 132), 5);
+  EXPECT_EQ(wave_size_experts(pr, 132), 4);
   pr.T_tokens = 1;
   EXPECT_EQ(wave_size_experts(pr, 100000), pr.E_local());  // clamped
+  for (int T : {1, 64, 300, 4096})
+    for (int K : {17, 66, 132}) {
+      pr.T_tokens = T;
+      const int W = wave_size_experts(pr, K);
+      const std::int64_t per_expert = ceil_div(ceil_div(static_cast<std::int64_t>(T) * pr.top_k, pr.E_local()), pr.b_m) * pr.P1_l1_n_blocks();
+      EXPECT_GE(W, 1);
+      EXPECT_TRUE(W == 1 || W * per_expert <= K) << "T=" << T << " K=" << K;        // fits one round
+      EXPECT_TRUE(W == pr.E_local() || (W + 1) * per_expert > K) << "T=" << T << " K=" << K;  // the most that fit
+    }
 }
 
 TEST(MoeScheduler, ValidatedConstructorsRejectBadArguments) {

@@ -141,15 +141,30 @@ struct ExpertWaveSchedule {
   }
 };
 
-// Wave-size heuristic: the most experts whose L1 tiles, at the balanced load (T·k rows per owner spread
-// over E_local experts), fit in one round of the K_SM persistent CTAs (at least one expert). Then all of a
-// wave's L1 tiles start together and its L2 tiles never wait behind a second, partial L1 round: with
-// 5 experts (160 L1 tiles, 1.2 rounds) the DeepSeek-V3-like headline ran 6.40 ms, with 4 (128 tiles)
-// 6.02 ms (results/h200x2/moe/run13-wave-size). Clamped to [1, E_local].
+// Wave-size heuristic, at the balanced load (T·k rows per owner spread over E_local experts), clamped to
+// [1, E_local]:
+//  1. if some number of experts puts a wave's L1 tiles into one round of the K_SM persistent CTAs at
+//     least 90% full, take it: all the wave's L1 tiles start together, and its L2 tiles never wait behind
+//     a second, partial L1 round (a straggler round cost up to one L1 mainloop per wave);
+//  2. else the fewest experts that give every CTA at least one tile of the smaller phase (min(P1, P2) tiles
+//     per row): fewer experts keep a wave's weights in L2 cache, fewer tiles than CTAs idle SMs.
+// Measured on 2 × H200 (results/h200x2/moe/run9-final vs run14-final): rule 1 alone made the
+// DeepSeek-V3-like headline 10% faster (5 -> 4 experts: 160 -> 128 L1 tiles) but 4096-3072-64-8 at 2048
+// tokens 41% slower (3 -> 1 expert: 96 of 132 CTAs busy in L1, 64 in L2); the 90% floor keeps rule 1 to
+// the cases where it helped.
 XSTAGE_HD constexpr int wave_size_experts(const MoeProblem& pr, int K_SM) {
   const std::int64_t rows_per_expert = ceil_div(static_cast<std::int64_t>(pr.T_tokens) * pr.top_k, pr.E_local());
-  const std::int64_t l1_tiles_per_expert = ceil_div(rows_per_expert, pr.b_m) * pr.P1_l1_n_blocks();
-  const std::int64_t W = l1_tiles_per_expert > 0 ? K_SM / l1_tiles_per_expert : pr.E_local();
+  const std::int64_t m_per_expert = ceil_div(rows_per_expert, pr.b_m);
+  const std::int64_t l1_tiles = m_per_expert * pr.P1_l1_n_blocks();  // per expert
+  const std::int64_t one_round = l1_tiles > 0 ? K_SM / l1_tiles : 0;
+  std::int64_t W = 0;
+  if (one_round >= 1 && 10 * one_round * l1_tiles >= 9LL * K_SM) {
+    W = one_round;
+  } else {
+    const int n_min = pr.P1_l1_n_blocks() < pr.P2_l2_n_blocks() ? pr.P1_l1_n_blocks() : pr.P2_l2_n_blocks();
+    const std::int64_t smaller_phase = m_per_expert * n_min;
+    W = smaller_phase > 0 ? ceil_div(K_SM, smaller_phase) : pr.E_local();
+  }
   return static_cast<int>(W < 1 ? 1 : (W > pr.E_local() ? pr.E_local() : W));
 }
 

@@ -258,29 +258,36 @@ TEST(MoeScheduler, LeadSweepAtTheDeepSeekTileMix) {
   EXPECT_GT(s.makespan[0], best * 2);
 }
 
-TEST(MoeScheduler, WaveSizeHeuristicFitsOneRoundOfL1Tiles) {
-  MoeProblem pr = test::small_problem(8, 256, 8, 4096);
-  pr.h_hidden = 7168;
-  pr.h_inter = 2048;
-  // 4096·8 rows over 32 local experts = 1024 rows = 8 m-blocks; P1 = 32 -> 256 L1 tiles > 132: one expert.
-  EXPECT_EQ(wave_size_experts(pr, 132), 1);
-  // The headline at P = 2 with 128x256 tiles: 2 m-blocks · P1 = 16 -> 32 tiles per expert -> 4 experts (128).
-  MoeProblem p2 = test::small_problem(2, 256, 8, 4096);
-  p2.h_hidden = 7168, p2.h_inter = 2048, p2.b_n = 256;
-  EXPECT_EQ(wave_size_experts(p2, 132), 4);
-  // Few tokens: 64·8 / 32 = 16 rows -> 1 m-block · 32 tiles per expert -> 4 experts (128 <= 132).
-  pr.T_tokens = 64;
-  EXPECT_EQ(wave_size_experts(pr, 132), 4);
-  pr.T_tokens = 1;
-  EXPECT_EQ(wave_size_experts(pr, 100000), pr.E_local());  // clamped
-  for (int T : {1, 64, 300, 4096})
+TEST(MoeScheduler, WaveSizeHeuristic) {
+  const auto problem = [](int E, int k, int h, int I, int T, int b_n) {
+    MoeProblem pr = test::small_problem(2, E, k, T);
+    pr.h_hidden = h, pr.h_inter = I, pr.b_n = b_n;
+    return pr;
+  };
+  // Rule 1, one round >= 90% full: the headline, 2 m-blocks · P1 = 16 -> 32 tiles per expert -> 4 (128/132).
+  EXPECT_EQ(wave_size_experts(problem(256, 8, 7168, 2048, 4096, 256), 132), 4);
+  // ... 7168-2048 at 2048 tokens: 16 tiles per expert -> 8 (128/132); at 8192: 64 -> 2 (128/132).
+  EXPECT_EQ(wave_size_experts(problem(256, 8, 7168, 2048, 2048, 256), 132), 8);
+  EXPECT_EQ(wave_size_experts(problem(256, 8, 7168, 2048, 8192, 256), 132), 2);
+  // Rule 2: one expert is 96 L1 tiles (73% of a round) -> the fewest experts filling the smaller phase:
+  // 4 m-blocks · min(P1 = 24, P2 = 16) = 64 tiles -> 3 experts.
+  EXPECT_EQ(wave_size_experts(problem(64, 8, 4096, 3072, 2048, 256), 132), 3);
+  // Rule 2: one expert is more than a round (DiT-like, 16 m-blocks · 72) -> 1 by the smaller phase
+  // (16 · min(72, 9) = 144 >= 132).
+  EXPECT_EQ(wave_size_experts(problem(8, 2, 1152, 4608, 8192, 128), 132), 1);
+  // Clamped to the local experts.
+  EXPECT_EQ(wave_size_experts(problem(256, 8, 7168, 2048, 1, 256), 100000), 128);
+  // Whatever it picks: rule 1 fills at least 90% of one round, rule 2 fills the smaller phase.
+  for (int T : {1, 64, 300, 2048, 4096, 8192})
     for (int K : {17, 66, 132}) {
-      pr.T_tokens = T;
+      const MoeProblem pr = problem(64, 8, 4096, 1536, T, 256);
       const int W = wave_size_experts(pr, K);
-      const std::int64_t per_expert = ceil_div(ceil_div(static_cast<std::int64_t>(T) * pr.top_k, pr.E_local()), pr.b_m) * pr.P1_l1_n_blocks();
-      EXPECT_GE(W, 1);
-      EXPECT_TRUE(W == 1 || W * per_expert <= K) << "T=" << T << " K=" << K;        // fits one round
-      EXPECT_TRUE(W == pr.E_local() || (W + 1) * per_expert > K) << "T=" << T << " K=" << K;  // the most that fit
+      const std::int64_t m = ceil_div(ceil_div(static_cast<std::int64_t>(T) * pr.top_k, pr.E_local()), pr.b_m);
+      const std::int64_t l1 = m * pr.P1_l1_n_blocks();
+      const bool rule1 = W * l1 <= K && 10 * W * l1 >= 9 * K;
+      const bool rule2 = W == pr.E_local() || W * m * std::min(pr.P1_l1_n_blocks(), pr.P2_l2_n_blocks()) >= K;
+      EXPECT_TRUE(W >= 1 && W <= pr.E_local());
+      EXPECT_TRUE(rule1 || rule2) << "T=" << T << " K=" << K << " W=" << W;
     }
 }
 

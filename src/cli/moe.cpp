@@ -345,8 +345,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   std::vector<BenchConfig> grid;
   for (const auto& c : read_grid(config))
     if (matches(c.name, args.filter)) grid.push_back(c);
-  require_input(!grid.empty(), "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "'");
-  require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
+  // validate_args has checked the filter and the trial count before any rank started.
   const std::uint64_t seed = agree_on_seed(rt, args.seed);
   int cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
   cublasGetProperty(MAJOR_VERSION, &cublas_major);
@@ -480,8 +479,28 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   return 0;
 }
 
-void spawn_or_run(const MoeArgs& args, bool check) {
+// Everything about the arguments that can be wrong is checked here, before any rank or GPU exists.
+void validate_args(const MoeArgs& args, bool check) {
   if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
+  impl_list(args.impl);
+  require_input(args.D_rows >= 0, "--lead must be at least 1 (or 0: the default), got " + std::to_string(args.D_rows));
+  require_input(args.wave_experts >= 0, "--wave must be at least 1 (or 0: the default), got " + std::to_string(args.wave_experts));
+  require_input(args.device_timeout_s > 0 && std::isfinite(args.device_timeout_s),
+                "--device-timeout-s must be a positive number of seconds");
+  if (!check) {
+    require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
+    const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
+    const auto grid = read_grid(config);
+    require_input(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return matches(c.name, args.filter); }),
+                  "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "'");
+  } else {
+    require_input(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases); }),
+                  "moe check: no case matches --cases '" + args.cases + "'");
+  }
+}
+
+void spawn_or_run(const MoeArgs& args, bool check) {
+  validate_args(args, check);
   if (const auto env = comm::rank_env_from_environment()) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows through pipes (tee) as it happens
     comm::Runtime rt(*env);

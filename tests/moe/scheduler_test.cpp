@@ -369,6 +369,7 @@ TEST(MoeScheduler, DefaultLeadRemovesStallsWhereDkneeAloneDoesNot) {
   cfg.l1_time = 9, cfg.l2_time = 36;
   const long knee = simulate(make_interleaved_schedule(dit, O.data(), static_cast<int>(D_knee_rows(dit, 132)), 132), cfg).makespan;
   const long lead = simulate(make_interleaved_schedule(dit, O.data(), static_cast<int>(interleave_lead_rows(dit, 132)), 132), cfg).makespan;
+  std::printf("DiT-like P1 = 72, P2 = 9, 132 CTAs: makespan %ld at D_knee = 2, %ld at the default lead D = 15\n", knee, lead);
   EXPECT_EQ(D_knee_rows(dit, 132), 2);
   EXPECT_EQ(interleave_lead_rows(dit, 132), 15);
   EXPECT_GT(knee, 2 * lead);

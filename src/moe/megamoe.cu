@@ -13,8 +13,6 @@
 namespace xstage::moe {
 namespace {
 
-std::string s(long long v) { return std::to_string(v); }
-
 // Waits (bounded) until every peer has finished reading this rank's data of call `epoch - 1`.
 __global__ void prologue_kernel(char* local, EpochFlags flags, int rank, int P, std::uint32_t epoch, WaitContext ctx) {
   const int peer = threadIdx.x;
@@ -76,14 +74,14 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   validate(pr_);
   require_input(pr_.dtype == DType::bf16, "MegaMoE: only bf16 is implemented in the fused kernel (fp8 W8A8: see docs/MOE.md)");
   require_input(pr_.b_m == 128 && (pr_.b_n == 128 || pr_.b_n == 256),
-                "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + s(pr_.b_m) + " x " + s(pr_.b_n) + ")");
-  require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + s(pr_.P_ranks) + " ranks but the job has " +
-                                                    s(rt.world_size()));
-  require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + s(kMaxEpRanks) + " expert-parallel ranks (got " + s(pr_.P_ranks) + ")");
+                "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + std::to_string(pr_.b_m) + " x " + std::to_string(pr_.b_n) + ")");
+  require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + std::to_string(pr_.P_ranks) + " ranks but the job has " +
+                                                    std::to_string(rt.world_size()));
+  require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + std::to_string(kMaxEpRanks) + " expert-parallel ranks (got " + std::to_string(pr_.P_ranks) + ")");
   require_input(pr_.P_ranks <= rt.lsa_size(), "MegaMoE: every rank must reach every other by NVLink loads/stores (LSA team of " +
-                                                  s(rt.lsa_size()) + " < " + s(pr_.P_ranks) + " ranks)");
+                                                  std::to_string(rt.lsa_size()) + " < " + std::to_string(pr_.P_ranks) + " ranks)");
   require_input(pr_.E_local() <= MegaMoeConfig<128>::kMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= MegaMoeConfig<128>::kMaxCounts,
-                "MegaMoE: too many local experts (" + s(pr_.E_local()) + ") for the kernel's shared-memory tables");
+                "MegaMoE: too many local experts (" + std::to_string(pr_.E_local()) + ") for the kernel's shared-memory tables");
   require_input(opt_.timeout_s > 0 && std::isfinite(opt_.timeout_s), "MegaMoE: the device timeout must be positive");
 
   int device = 0, sms = 0;
@@ -92,7 +90,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   grid_ = sms;
   D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_));
   wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
-  require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + s(wave_experts_) + " exceeds the " + s(pr_.E_local()) + " local experts");
+  require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
 
   const std::int64_t capacity = opt_.capacity_slack > 0 ? expected_capacity_rows(pr_, opt_.capacity_slack) : worst_case_capacity_rows(pr_);
   window_ = plan_window(pr_, capacity, static_cast<int>(capacity / pr_.b_m));  // ring = plain buffer: no slot reuse
@@ -119,7 +117,7 @@ FusedMoeLayer::~FusedMoeLayer() {
 
 std::string FusedMoeLayer::name() const {
   return std::string("megamoe-") + to_string(opt_.schedule) +
-         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + s(D_rows_) : " W=" + s(wave_experts_)) + " 128x" + s(pr_.b_n);
+         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + std::to_string(D_rows_) : " W=" + std::to_string(wave_experts_)) + " 128x" + std::to_string(pr_.b_n);
 }
 
 void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
@@ -127,7 +125,7 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
                     in.problem.h_hidden == pr_.h_hidden && in.problem.h_inter == pr_.h_inter && in.problem.T_tokens <= pr_.T_tokens,
                 "MegaMoE: the inputs' problem differs from the layer's (" + xstage::moe::describe(in.problem) + " vs " +
                     xstage::moe::describe(pr_) + ")");
-  require_input(in.tokens >= 0 && in.tokens <= pr_.T_tokens, "MegaMoE: " + s(in.tokens) + " tokens exceed T = " + s(pr_.T_tokens));
+  require_input(in.tokens >= 0 && in.tokens <= pr_.T_tokens, "MegaMoE: " + std::to_string(in.tokens) + " tokens exceed T = " + std::to_string(pr_.T_tokens));
   if (!failure_.empty())
     throw PlatformError("MegaMoE: an earlier call of this layer failed (" + failure_ +
                         "); the ranks' call epochs no longer agree, so construct a new layer on every rank");

@@ -6,7 +6,9 @@
 
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
+#include "moe/fp8.hpp"
 #include "moe/layout.hpp"
+#include "moe/quantize_device.hpp"
 
 namespace xstage::moe {
 namespace {
@@ -54,6 +56,19 @@ float w2_scale(const MoeProblem& pr) { return 1.0f / std::sqrt(static_cast<float
 
 constexpr int kFillBlocks = 132 * 8, kFillThreads = 256;
 
+// Rank `rank`'s experts' bf16 weights: W1 [E_local][2·h_inter][h] in stored (tile-interleaved) order, W2
+// [E_local][h][h_inter].
+void fill_weights(const MoeProblem& pr, int rank, std::uint64_t seed, DeviceBuffer& W1, DeviceBuffer& W2,
+                  cudaStream_t stream) {
+  const std::int64_t h = pr.h_hidden, I = pr.h_inter, EL = pr.E_local();
+  fill_w1_kernel<<<kFillBlocks, kFillThreads, 0, stream>>>(W1.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0),
+                                                          pr.E_local(), pr.h_hidden, pr.h_inter, pr.b_n, w1_scale(pr));
+  XSTAGE_CUDA_CHECK_LAUNCH();
+  fill_w2_kernel<<<kFillBlocks, kFillThreads, 0, stream>>>(W2.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0) * h * I,
+                                                          EL * h * I, w2_scale(pr));
+  XSTAGE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& data, cudaStream_t stream) {
@@ -68,17 +83,29 @@ LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& d
   in.tokens_bf16 = DeviceBuffer(T * h * 2);
   in.topk_ids = DeviceBuffer(T * k * 4);
   in.topk_weights = DeviceBuffer(T * k * 4);
-  in.W1 = DeviceBuffer(EL * 2 * I * h * 2);
-  in.W2 = DeviceBuffer(EL * h * I * 2);
   fill_tokens_kernel<<<kFillBlocks, kFillThreads, 0, stream>>>(in.tokens_bf16.get<__nv_bfloat16>(), data.seed,
                                                               rank * T * h, T * h);
   XSTAGE_CUDA_CHECK_LAUNCH();
-  fill_w1_kernel<<<kFillBlocks, kFillThreads, 0, stream>>>(in.W1.get<__nv_bfloat16>(), data.seed, pr.global_expert(rank, 0),
-                                                          pr.E_local(), pr.h_hidden, pr.h_inter, pr.b_n, w1_scale(pr));
-  XSTAGE_CUDA_CHECK_LAUNCH();
-  fill_w2_kernel<<<kFillBlocks, kFillThreads, 0, stream>>>(in.W2.get<__nv_bfloat16>(), data.seed,
-                                                          pr.global_expert(rank, 0) * h * I, EL * h * I, w2_scale(pr));
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  if (pr.dtype == DType::bf16) {
+    in.W1 = DeviceBuffer(EL * 2 * I * h * 2);
+    in.W2 = DeviceBuffer(EL * h * I * 2);
+    fill_weights(pr, rank, data.seed, in.W1, in.W2, stream);
+  } else {
+    // W8A8: the same bf16 weights, quantized 128×128. Each expert's W1 ([2·h_inter][h], stored order) and W2
+    // ([h][h_inter]) has a multiple of 128 rows, so no block straddles two experts and the stacked experts
+    // quantize as one matrix: exactly the per-expert blocks reference_moe_layer quantizes.
+    DeviceBuffer w1_bf16(EL * 2 * I * h * 2), w2_bf16(EL * h * I * 2);
+    fill_weights(pr, rank, data.seed, w1_bf16, w2_bf16, stream);
+    in.W1 = DeviceBuffer(EL * 2 * I * h);
+    in.W2 = DeviceBuffer(EL * h * I);
+    in.W1_scales = DeviceBuffer(EL * (2 * I / fp8::kBlock) * round_up(h / fp8::kBlock, 4) * 4);
+    in.W2_scales = DeviceBuffer(EL * (h / fp8::kBlock) * round_up(I / fp8::kBlock, 4) * 4);
+    quantize_weights_fp8(w1_bf16.get<__nv_bfloat16>(), static_cast<int>(EL * 2 * I), pr.h_hidden, in.W1.get<std::uint8_t>(),
+                         in.W1_scales.get<float>(), stream);
+    quantize_weights_fp8(w2_bf16.get<__nv_bfloat16>(), static_cast<int>(EL * h), pr.h_inter, in.W2.get<std::uint8_t>(),
+                         in.W2_scales.get<float>(), stream);
+    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the bf16 temporaries are freed
+  }
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(in.topk_ids.get(), 0, in.topk_ids.bytes(), stream));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(in.topk_weights.get(), 0, in.topk_weights.bytes(), stream));
   if (tk.tokens > 0) {

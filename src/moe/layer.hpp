@@ -12,6 +12,13 @@
 //                                               the Linear-1 output holds b_n/2 gate and the matching b_n/2 up columns
 //   W2           [E_local][h][h_inter]   bf16
 //   out          [T][h]                  bf16
+// For fp8_e4m3 problems (W8A8, docs/MOE.md "fp8 W8A8") W1 / W2 hold e4m3 codes in the same stored row order,
+// quantized 128×128 from the bf16 weights above, with fp32 scales in quantize.hpp's weight-scale layout,
+// experts stacked (expert e's W1 block-row b is scale row e·(2·h_inter/128) + b):
+//   W1_scales    [E_local·2·h_inter/128][round_up(h/128, 4)]        fp32
+//   W2_scales    [E_local·h/128][round_up(h_inter/128, 4)]          fp32
+// Tokens stay bf16 for every dtype: each implementation quantizes them 1×128 inside its forward
+// (quantize_device.hpp), which is part of the layer's time, as in real fp8 MoE dispatch.
 // Values come from a counter-based hash of (seed, tensor, logical index), so any rank (and the CPU
 // reference) can regenerate any expert's weights and any rank's tokens without communication.
 #pragma once
@@ -36,6 +43,10 @@ struct LayerInputs {
   int rank = 0;
   int tokens = 0;  // T_s, rows of tokens / topk used this call
   DeviceBuffer tokens_bf16, topk_ids, topk_weights, W1, W2;
+  // fp8_e4m3 problems: W1 / W2 hold e4m3 codes (same stored row order as bf16), and
+  // W1_scales [E_local·2·h_inter/128][round_up(h/128, 4)], W2_scales [E_local·h/128][round_up(h_inter/128, 4)] fp32
+  // (quantize.hpp's weight-scale layout, experts stacked: expert e's W1 block-row b is row e·(2·h_inter/128) + b).
+  DeviceBuffer W1_scales, W2_scales;
 };
 
 struct LayerOutput {

@@ -39,11 +39,18 @@ namespace xstage::cli {
 namespace {
 
 constexpr double kMaxRelativeL2 = 1e-2;  // ||out - ref|| / ||ref||, bf16 output
+// fp8 W8A8 against the W8A8 reference (float64 sums, exact code products per 128-K block): what it allows is
+// the fp8 GEMMs' own accumulation inside a 128-K block (wgmma / cuBLASLt accumulate fp8 products below fp32
+// precision), fp32 instead of float64 promotion sums, the unfused layer's bf16 Linear-1 output before SwiGLU,
+// and activation codes that flip by one at rounding boundaries when the requantized values differ by an ulp.
+// A starting value, to be calibrated on the GPU (a misindexed scale moves the layer by >= 1e-1, docs/MOE.md).
+constexpr double kMaxRelativeL2Fp8 = 2e-2;
 
 struct MoeArgs {
   int gpus = 0;
   std::string seed;  // empty: fresh random
   std::string impl;  // comma-separated implementation names; empty: the command's default
+  std::string dtypes = "bf16,fp8";  // comma-separated: bf16, fp8 (W8A8)
   int D_rows = 0;            // megamoe-interleaved lead (0 = D_knee)
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
@@ -80,6 +87,27 @@ std::vector<std::string> impl_list(const std::string& s) {
   }
   require_input(!out.empty(), "--impl: name at least one implementation");
   return out;
+}
+
+// The dtypes `--dtype` names: bf16, and fp8 (W8A8 e4m3 with 1×128 / 128×128 block scales).
+const char* dtype_name(moe::DType t) { return t == moe::DType::bf16 ? "bf16" : "fp8"; }
+
+std::vector<moe::DType> dtype_list(const std::string& s) {
+  std::vector<moe::DType> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (part.empty()) continue;
+    require_input(part == "bf16" || part == "fp8", "--dtype: unknown dtype '" + part + "' (choose from bf16, fp8)");
+    const moe::DType t = part == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3;
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  require_input(!out.empty(), "--dtype: name at least one dtype (bf16, fp8)");
+  return out;
+}
+
+bool wanted(moe::DType t, const MoeArgs& args) {
+  const auto list = dtype_list(args.dtypes);
+  return std::find(list.begin(), list.end(), t) != list.end();
 }
 
 std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe::MoeProblem& pr, comm::Runtime& rt,
@@ -123,7 +151,7 @@ std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
 // Tile width b_n: 256 where both GEMMs' N (2·h_inter and h) allow it (fewer, larger wgmma tiles for the
 // fused kernel), else 128; `tile_n` forces one. Every implementation of a run gets the same problem (W1's
 // tile-interleaved storage depends on b_n; the unfused layer reads it with any b_n).
-moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_n) {
+moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_n, moe::DType dtype) {
   moe::MoeProblem pr;
   pr.P_ranks = P;
   pr.E_experts = E;
@@ -132,6 +160,7 @@ moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_
   pr.h_inter = I;
   pr.T_tokens = T;
   pr.b_n = tile_n ? tile_n : (h % 256 == 0 && (2 * I) % 256 == 0 ? 256 : 128);
+  pr.dtype = dtype;
   moe::validate(pr);
   return pr;
 }
@@ -166,13 +195,18 @@ struct CheckCase {
 };
 
 // Small shapes (the CPU reference is float64), tokens per rank never a multiple of 128, top-k 1..8,
-// balanced and skewed routing, experts with no tokens, a hot expert, one token per rank.
+// balanced and skewed routing, experts with no tokens, a hot expert, one token per rank. fp8 needs h and
+// h_inter multiples of 128 (its scale block); the cases with h a multiple of 256 and h_inter of 128 (the
+// fused fp8 kernel's b_n = 256) cover all of the above for fp8 too: k1..k8 (k4-skewed-i256,
+// k5-empty-experts-i128 and k7-skewed-i128 stand in for the three bf16-only ones).
 const std::vector<CheckCase> kCheckCases = {
     {"k1-skewed", 8, 1, 256, 128, 77, 1.5},   {"k2-balanced", 8, 2, 256, 128, 200, -1},
     {"k3-one-token", 16, 3, 256, 128, 1, 1.0}, {"k4-skewed-i192", 16, 4, 384, 192, 130, 1.2},
     {"k5-empty-experts", 64, 5, 256, 64, 3, -1}, {"k6-balanced", 24, 6, 256, 256, 257, -1},
     {"k7-skewed", 8, 7, 256, 64, 129, 1.2},   {"k8-skewed-e64", 64, 8, 256, 128, 333, 1.0},
     {"k2-hot-expert", 16, 2, 256, 128, 255, 4.0},
+    {"k4-skewed-i256", 16, 4, 512, 256, 130, 1.2}, {"k5-empty-experts-i128", 64, 5, 256, 128, 3, -1},
+    {"k7-skewed-i128", 8, 7, 256, 128, 129, 1.2},
 };
 
 struct CheckRankResult {
@@ -196,85 +230,109 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
     if (!matches(c.name, args.cases)) continue;
     const int P = rt.world_size();
     if (c.E % P != 0) {
-      if (lead) std::printf("  %-20s skipped: E = %d is not divisible by %d ranks\n", c.name, c.E, P);
+      if (lead) std::printf("  %-26s skipped: E = %d is not divisible by %d ranks\n", c.name, c.E, P);
       continue;
     }
-    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n);
-    const moe::LayerData data = make_data(pr, seed + 1000003ull * ci, c.zipf_s);
-    const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
-    const moe::MoeReferenceOutput ref =
-        moe::reference_moe_layer(pr, moe::make_reference_inputs(pr, data), moe::StorageRounding::bf16);
-    const std::vector<float>& want = ref.out[rt.rank()];
-    const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
-    const OwnerLoad load = owner_load(pr, data, rt.rank());
-    for (const std::string& impl : impl_list(args.impl)) {
-      const auto layer = make_impl(impl, pr, rt, args);
-      moe::LayerOutput out = moe::make_layer_output(pr);
-      CheckRankResult r;
-      std::vector<std::uint16_t> first;
-      for (int run = 0; run < 3; ++run) {
-        moe::poison_output(out, stream);
-        rt.barrier();
-        layer->forward(in, out, stream);
-        layer->finish(stream);
-        auto got = copy_out(out, elems, stream);
-        if (run == 0) {
-          double err2 = 0, ref2 = 0;
-          for (std::int64_t i = 0; i < elems; ++i) {
-            const double g = bf16_to_float(got[i]), w = want[i];
-            if (!std::isfinite(g)) ++r.nan;
-            err2 += (g - w) * (g - w);
-            ref2 += w * w;
-          }
-          r.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-          r.ref_norm = std::sqrt(ref2);
-          first = std::move(got);
-        } else if (got != first) {
-          r.bitwise_identical = 0;
+    for (const moe::DType dtype : dtype_list(args.dtypes)) {
+      const std::string label = std::string(c.name) + "/" + dtype_name(dtype);
+      if (dtype == moe::DType::fp8_e4m3 && (c.h % 128 != 0 || c.I % 128 != 0)) {
+        if (lead)
+          std::printf("  %-26s skipped: fp8 needs h and h_inter multiples of 128 (its scale block), here h = %d, "
+                      "h_inter = %d\n",
+                      label.c_str(), c.h, c.I);
+        continue;
+      }
+      const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n, dtype);
+      const moe::LayerData data = make_data(pr, seed + 1000003ull * ci, c.zipf_s);
+      const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
+      // fp8: the W8A8 reference (pr.dtype), combine rows rounded to bf16 as every implementation stores them.
+      const moe::MoeReferenceOutput ref =
+          moe::reference_moe_layer(pr, moe::make_reference_inputs(pr, data), moe::StorageRounding::bf16);
+      const std::vector<float>& want = ref.out[rt.rank()];
+      const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
+      const OwnerLoad load = owner_load(pr, data, rt.rank());
+      const double tolerance = dtype == moe::DType::bf16 ? kMaxRelativeL2 : kMaxRelativeL2Fp8;
+      for (const std::string& impl : impl_list(args.impl)) {
+        // An implementation that cannot run this case says so with an InputError from its constructor (the
+        // same on every rank); anything else is a failure.
+        std::unique_ptr<moe::MoeLayerImpl> layer;
+        try {
+          layer = make_impl(impl, pr, rt, args);
+        } catch (const InputError& e) {
+          if (lead) std::printf("  %-26s %-34s skipped: %s\n", label.c_str(), impl.c_str(), e.what());
+          continue;
         }
-      }
-      r.empty_local_experts = load.empty_experts;
-      r.rows_received = load.rows;
-      const auto bytes = rt.all_gather_bytes(&r, sizeof(r));
-      std::vector<CheckRankResult> all(P);
-      std::memcpy(all.data(), bytes.data(), sizeof(CheckRankResult) * P);
-      double worst = 0;
-      std::int64_t nans = 0, rows_min = INT64_MAX, rows_max = 0;
-      int empty = 0;
-      bool identical = true;
-      for (const auto& a : all) {
-        worst = std::max(worst, std::isfinite(a.rel_l2) ? a.rel_l2 : INFINITY);
-        nans += a.nan;
-        empty += a.empty_local_experts;
-        identical = identical && a.bitwise_identical;
-        rows_min = std::min(rows_min, a.rows_received);
-        rows_max = std::max(rows_max, a.rows_received);
-      }
-      const bool ok = worst <= kMaxRelativeL2 && nans == 0 && identical;
-      failures += !ok;
-      ++ran;
-      if (lead) {
-        std::printf("  %-20s %-34s E=%-3d k=%d h=%-4d I=%-4d T=%-4d %-13s rel L2 %.2e  NaN %lld  runs %s  "
-                    "empty experts %d/%d  rows/rank %lld..%lld  %s\n",
-                    c.name, layer->name().c_str(), c.E, c.k, c.h, c.I, c.T,
-                    c.zipf_s < 0 ? "balanced" : ("zipf " + std::to_string(c.zipf_s).substr(0, 3)).c_str(), worst,
-                    static_cast<long long>(nans), identical ? "identical" : "DIFFER", empty, c.E,
-                    static_cast<long long>(rows_min), static_cast<long long>(rows_max), ok ? "ok" : "FAIL");
-        results.push_back({{"case", c.name}, {"impl", layer->name()}, {"E", c.E}, {"k", c.k}, {"h", c.h}, {"h_inter", c.I},
-                           {"tokens_per_rank", c.T}, {"zipf_s", c.zipf_s}, {"rel_l2_max", worst}, {"nan", nans},
-                           {"bitwise_identical_3_runs", identical}, {"empty_experts", empty}, {"pass", ok}});
+        moe::LayerOutput out = moe::make_layer_output(pr);
+        CheckRankResult r;
+        std::vector<std::uint16_t> first;
+        for (int run = 0; run < 3; ++run) {
+          moe::poison_output(out, stream);
+          rt.barrier();
+          layer->forward(in, out, stream);
+          layer->finish(stream);
+          auto got = copy_out(out, elems, stream);
+          if (run == 0) {
+            double err2 = 0, ref2 = 0;
+            for (std::int64_t i = 0; i < elems; ++i) {
+              const double g = bf16_to_float(got[i]), w = want[i];
+              if (!std::isfinite(g)) ++r.nan;
+              err2 += (g - w) * (g - w);
+              ref2 += w * w;
+            }
+            r.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+            r.ref_norm = std::sqrt(ref2);
+            first = std::move(got);
+          } else if (got != first) {
+            r.bitwise_identical = 0;
+          }
+        }
+        r.empty_local_experts = load.empty_experts;
+        r.rows_received = load.rows;
+        const auto bytes = rt.all_gather_bytes(&r, sizeof(r));
+        std::vector<CheckRankResult> all(P);
+        std::memcpy(all.data(), bytes.data(), sizeof(CheckRankResult) * P);
+        double worst = 0;
+        std::int64_t nans = 0, rows_min = INT64_MAX, rows_max = 0;
+        int empty = 0;
+        bool identical = true;
+        for (const auto& a : all) {
+          worst = std::max(worst, std::isfinite(a.rel_l2) ? a.rel_l2 : INFINITY);
+          nans += a.nan;
+          empty += a.empty_local_experts;
+          identical = identical && a.bitwise_identical;
+          rows_min = std::min(rows_min, a.rows_received);
+          rows_max = std::max(rows_max, a.rows_received);
+        }
+        const bool ok = worst <= tolerance && nans == 0 && identical;
+        failures += !ok;
+        ++ran;
+        if (lead) {
+          std::printf("  %-26s %-34s E=%-3d k=%d h=%-4d I=%-4d T=%-4d %-13s rel L2 %.2e  NaN %lld  runs %s  "
+                      "empty experts %d/%d  rows/rank %lld..%lld  %s\n",
+                      label.c_str(), layer->name().c_str(), c.E, c.k, c.h, c.I, c.T,
+                      c.zipf_s < 0 ? "balanced" : ("zipf " + std::to_string(c.zipf_s).substr(0, 3)).c_str(), worst,
+                      static_cast<long long>(nans), identical ? "identical" : "DIFFER", empty, c.E,
+                      static_cast<long long>(rows_min), static_cast<long long>(rows_max), ok ? "ok" : "FAIL");
+          results.push_back({{"case", c.name}, {"dtype", dtype_name(dtype)}, {"impl", layer->name()}, {"E", c.E},
+                             {"k", c.k}, {"h", c.h}, {"h_inter", c.I}, {"tokens_per_rank", c.T}, {"zipf_s", c.zipf_s},
+                             {"rel_l2_max", worst}, {"tolerance", tolerance}, {"nan", nans},
+                             {"bitwise_identical_3_runs", identical}, {"empty_experts", empty}, {"pass", ok}});
+        }
       }
     }
   }
   if (lead) {
-    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e, no NaN, bitwise identical runs)\n",
-                ran, failures, kMaxRelativeL2);
+    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e bf16, %.0e fp8; no NaN, bitwise "
+                "identical runs)\n",
+                ran, failures, kMaxRelativeL2, kMaxRelativeL2Fp8);
     if (!args.out.empty())
       write_json_file(args.out, {{"command", command_line()}, {"date", utc_timestamp()}, {"seed", seed},
                                  {"world_size", rt.world_size()}, {"device", comm::describe_device(rt.device())},
                                  {"results", results}, {"failures", failures}});
   }
-  if (ran == 0) throw InputError("moe check: no case matches --cases '" + args.cases + "'");
+  if (ran == 0)
+    throw InputError("moe check: nothing was checked: every case matching --cases '" + args.cases +
+                     "' was skipped for the chosen --dtype and --impl (reasons above)");
   return failures;
 }
 
@@ -308,21 +366,32 @@ struct BenchConfig {
   std::string name;
   int h, I, E, k, T;
   double zipf_s;  // < 0: balanced
+  moe::DType dtype;
 };
 
+// Configurations in run order: the headline ("extra") ones first, then shapes × tokens × routings, each in
+// every dtype of "dtypes"; names end in "/bf16" or "/fp8".
 std::vector<BenchConfig> read_grid(const std::string& path) {
   const nlohmann::json doc = read_json_file(path);
   std::vector<BenchConfig> out;
   try {
     const double zipf = doc.value("skewed_zipf_s", 1.2);
+    std::vector<moe::DType> dtypes;
+    for (const std::string d : doc.at("dtypes")) {
+      require_input(d == "bf16" || d == "fp8", path + ": dtypes must be \"bf16\" or \"fp8\", got \"" + d + "\"");
+      dtypes.push_back(d == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3);
+    }
+    require_input(!dtypes.empty(), path + ": dtypes must name at least one of \"bf16\", \"fp8\"");
     auto add = [&](const nlohmann::json& s, int T, const std::string& routing, const std::string& prefix) {
       require_input(routing == "balanced" || routing == "skewed",
                     path + ": routing must be \"balanced\" or \"skewed\", got \"" + routing + "\"");
-      BenchConfig c{"", s.at("h").get<int>(), s.at("h_inter").get<int>(), s.at("E").get<int>(), s.at("k").get<int>(), T,
-                    routing == "balanced" ? -1.0 : zipf};
-      c.name = prefix + "h" + std::to_string(c.h) + "-i" + std::to_string(c.I) + "-e" + std::to_string(c.E) + "-k" +
-               std::to_string(c.k) + "/t" + std::to_string(T) + "/" + routing;
-      out.push_back(c);
+      for (const moe::DType dtype : dtypes) {
+        BenchConfig c{"", s.at("h").get<int>(), s.at("h_inter").get<int>(), s.at("E").get<int>(), s.at("k").get<int>(), T,
+                      routing == "balanced" ? -1.0 : zipf, dtype};
+        c.name = prefix + "h" + std::to_string(c.h) + "-i" + std::to_string(c.I) + "-e" + std::to_string(c.E) + "-k" +
+                 std::to_string(c.k) + "/t" + std::to_string(T) + "/" + routing + "/" + dtype_name(dtype);
+        out.push_back(c);
+      }
     };
     // The headline configurations first.
     if (doc.contains("extra"))
@@ -332,10 +401,15 @@ std::vector<BenchConfig> read_grid(const std::string& path) {
       for (int T : doc.at("tokens_per_rank"))
         for (const std::string routing : doc.at("routings")) add(s, T, routing, "");
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(path + ": " + e.what() + " (expected {shapes: [{h, h_inter, E, k}], tokens_per_rank: [..], routings: [..]})");
+    throw InputError(path + ": " + e.what() +
+                     " (expected {dtypes: [\"bf16\", \"fp8\"], shapes: [{h, h_inter, E, k}], tokens_per_rank: [..], "
+                     "routings: [..]})");
   }
   return out;
 }
+
+// The configurations a bench runs: matching --filter, in a dtype of --dtype.
+bool selected(const BenchConfig& c, const MoeArgs& args) { return matches(c.name, args.filter) && wanted(c.dtype, args); }
 
 int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   const bool lead = rt.rank() == 0;
@@ -344,8 +418,8 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
   std::vector<BenchConfig> grid;
   for (const auto& c : read_grid(config))
-    if (matches(c.name, args.filter)) grid.push_back(c);
-  // validate_args has checked the filter and the trial count before any rank started.
+    if (selected(c, args)) grid.push_back(c);
+  // validate_args has checked the filter, the dtypes and the trial count before any rank started.
   const std::uint64_t seed = agree_on_seed(rt, args.seed);
   int cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
   cublasGetProperty(MAJOR_VERSION, &cublas_major);
@@ -361,7 +435,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   if (lead) {
     std::printf("xstage moe bench: %d ranks, %zu configuration(s), seed %llu\n", P, grid.size(),
                 static_cast<unsigned long long>(seed));
-    std::printf("%-44s %-30s %10s %10s %9s %9s %13s\n", "config", "impl", "median ms", "min ms", "TFLOP/s", "NVLink GB/s",
+    std::printf("%-52s %-34s %10s %10s %9s %9s %13s\n", "config", "impl", "median ms", "min ms", "TFLOP/s", "NVLink GB/s",
                 "rows/rank");
   }
   cudaEvent_t start, stop;
@@ -370,12 +444,18 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   bool warmed = false;
   for (std::size_t ci = 0; ci < grid.size(); ++ci) {
     const BenchConfig& c = grid[ci];
-    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n);
+    const moe::MoeProblem pr = make_problem(P, c.E, c.k, c.h, c.I, c.T, args.tile_n, c.dtype);
     const moe::LayerData data = make_data(pr, seed + 7919ull * (ci + 1), c.zipf_s);  // fresh inputs per config
     const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
     const OwnerLoad load = owner_load(pr, data, rt.rank());
     for (const std::string& impl : impl_list(args.impl)) {
-      const auto layer = make_impl(impl, pr, rt, args);
+      std::unique_ptr<moe::MoeLayerImpl> layer;
+      try {
+        layer = make_impl(impl, pr, rt, args);
+      } catch (const InputError& e) {  // this implementation cannot run this configuration (same on every rank)
+        if (lead) std::printf("%-52s %-34s skipped: %s\n", c.name.c_str(), impl.c_str(), e.what());
+        continue;
+      }
       moe::LayerOutput out = moe::make_layer_output(pr);
       auto launch = [&] { layer->forward(in, out, stream); };
       launch();  // untimed first run
@@ -444,12 +524,12 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         clocks.push_back(s.clock_mhz);
       }
       const double tflops = flop / (med * 1e-3) / 1e12, gbps = peer_bytes / (med * 1e-3) / 1e9;
-      std::printf("%-44s %-30s %10.3f %10.3f %9.1f %9.1f %6lld..%lld\n", c.name.c_str(), layer->name().c_str(), med,
+      std::printf("%-52s %-34s %10.3f %10.3f %9.1f %9.1f %6lld..%lld\n", c.name.c_str(), layer->name().c_str(), med,
                   *std::min_element(max_ms.begin(), max_ms.end()), tflops, gbps, static_cast<long long>(rows_min),
                   static_cast<long long>(rows_max));
       std::fflush(stdout);
       doc["results"].push_back({{"config", c.name}, {"impl", layer->name()}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
-                                {"k", c.k}, {"tokens_per_rank", c.T}, {"dtype", "bf16"},
+                                {"k", c.k}, {"tokens_per_rank", c.T}, {"dtype", dtype_name(c.dtype)},
                                 {"routing", c.zipf_s < 0 ? "balanced" : "skewed"}, {"zipf_s", c.zipf_s},
                                 {"median_ms", med}, {"trial_max_over_ranks_ms", max_ms}, {"per_rank_ms", per_rank},
                                 {"tflops_per_rank", tflops}, {"flop_per_rank", flop},
@@ -483,6 +563,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
 void validate_args(const MoeArgs& args, bool check) {
   if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
   impl_list(args.impl);
+  dtype_list(args.dtypes);
   require_input(args.D_rows >= 0, "--lead must be at least 1 (or 0: the default), got " + std::to_string(args.D_rows));
   require_input(args.wave_experts >= 0, "--wave must be at least 1 (or 0: the default), got " + std::to_string(args.wave_experts));
   require_input(args.device_timeout_s > 0 && std::isfinite(args.device_timeout_s),
@@ -491,8 +572,9 @@ void validate_args(const MoeArgs& args, bool check) {
     require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
     const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
     const auto grid = read_grid(config);
-    require_input(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return matches(c.name, args.filter); }),
-                  "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "'");
+    require_input(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
+                  "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "' with --dtype '" +
+                      args.dtypes + "'");
   } else {
     require_input(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases); }),
                   "moe check: no case matches --cases '" + args.cases + "'");
@@ -538,10 +620,13 @@ void add_moe_command(CLI::App& app) {
     cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
     cmd->add_option("--tile-n", args->tile_n, "tile width b_n, 128 or 256 (default: 256 where h and 2·h_inter allow it)")
         ->check(CLI::IsMember({128, 256}));
+    cmd->add_option("--dtype", args->dtypes,
+                    "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"
+                    "scales; tokens quantized inside the forward). Default: both");
     cmd->add_option("--out", args->out, "write the results as JSON here");
   };
   CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"
-                                                 "(rel L2 <= 1e-2, no NaN, bitwise identical over 3 runs); exit 1 on failure.");
+                                                 "(rel L2 <= 1e-2 bf16, 2e-2 fp8, no NaN, bitwise identical over 3 runs); exit 1 on failure.");
   common(check);
   check->add_option("--cases", args->cases, "only cases whose name contains one of these comma-separated strings");
   check->callback([args] {

@@ -1,7 +1,10 @@
 // `xstage moe` on a machine without a GPU (CI): bad arguments are refused with a message naming them and
 // exit 2 before any rank or GPU exists; a good command without a GPU is a platform error (exit 3).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli_run.hpp"
@@ -21,6 +24,42 @@ TEST(MoeCli, BadArgumentsFailBeforeAnyGpuWork) {
   expect_input_error("moe check --wave -2", "--wave must be at least 1");
   expect_input_error("moe check --gpus -1", "--gpus must be at least 1");
   expect_input_error("moe bench --config /nonexistent/grid.json", "/nonexistent/grid.json");
+}
+
+TEST(MoeCli, DtypesAreBf16OrFp8) {
+  expect_input_error("moe check --dtype nope", "--dtype: unknown dtype 'nope' (choose from bf16, fp8)");
+  expect_input_error("moe bench --dtype fp16,bf16", "--dtype: unknown dtype 'fp16'");
+  expect_input_error("moe bench --dtype ,", "--dtype: name at least one dtype");
+  // Every grid name ends in its dtype: the fp8 configurations hold none named ".../bf16".
+  expect_input_error("moe bench --dtype fp8 --filter /bf16", "matches --filter '/bf16' with --dtype 'fp8'");
+  for (const char* good : {"moe check --dtype fp8 --cases k2-balanced", "moe bench --dtype bf16,fp8 --filter deepseek-v3",
+                           "moe bench --dtype fp8 --filter /fp8"}) {
+    const CliRun r = xstage(good);
+    EXPECT_EQ(r.status, 3) << good << "\n" << r.err;  // valid arguments: only the missing GPU stops it
+    EXPECT_CONTAINS(r.err, "no CUDA GPU found");
+  }
+}
+
+TEST(MoeCli, GridNamesItsDtypes) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("xstage_moe_grid_" + std::to_string(::getpid()) + ".json");
+  const std::string shapes =
+      R"("shapes": [{"h": 256, "h_inter": 128, "E": 8, "k": 2}], "tokens_per_rank": [64], "routings": ["balanced"])";
+  auto write = [&](const std::string& text) { std::ofstream(file) << text; };
+  write("{" + shapes + "}");  // the old single "dtype" or none at all: refused, naming the key
+  expect_input_error("moe bench --config " + file.string(), "dtypes");
+  write(R"({"dtypes": ["bf16", "int4"], )" + shapes + "}");
+  expect_input_error("moe bench --config " + file.string(), "dtypes must be \"bf16\" or \"fp8\", got \"int4\"");
+  write(R"({"dtypes": [], )" + shapes + "}");
+  expect_input_error("moe bench --config " + file.string(), "dtypes must name at least one");
+  write(R"({"dtypes": ["bf16"], )" + shapes + "}");  // a grid without fp8 has no fp8 configuration
+  expect_input_error("moe bench --dtype fp8 --config " + file.string(), "with --dtype 'fp8'");
+  write(R"({"dtypes": ["bf16", "fp8"], )" + shapes + "}");
+  for (const char* filter : {"h256-i128-e8-k2/t64/balanced/bf16", "h256-i128-e8-k2/t64/balanced/fp8"}) {
+    const CliRun r = xstage("moe bench --config " + file.string() + " --filter " + filter);
+    EXPECT_EQ(r.status, 3) << filter << "\n" << r.err;
+  }
+  fs::remove(file);
 }
 
 TEST(MoeCli, TileWidthIsOneOfTheKernelsTiles) {

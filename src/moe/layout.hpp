@@ -6,11 +6,14 @@
 //
 //   region          shape                          who writes            who reads
 //   tokens          [T][h] elem                    this rank (input)     owners, pulling (dispatch)
+//   token scales    [T][h/128] fp32 (fp8 only)     this rank (quantize)  owners, with the rows
 //   send_counts     [E] int32                      this rank (route)     owners: pairs per expert
 //   send_lists      [E][T] int32                   this rank (route)     owners: which pairs to pull
 //   dispatch        [capacity rows][h] elem        this rank's dispatch  L1 TMA loads (A operand)
+//   dispatch scales [h/128][capacity rows] fp32    this rank's dispatch  L1 promotion (fp8 only)
 //   row_sources     [capacity rows] RowSource      this rank's dispatch  L2 epilogue: where a row goes
 //   ring            [S slots][b_m][h_inter] elem   L1 epilogue (SwiGLU)  L2 TMA loads (A operand)
+//   ring scales     [h_inter/128][S·b_m] fp32      L1 epilogue (fp8)     L2 promotion (fp8 only)
 //   combine         [T][k][h] out                  owners' L2 epilogues  this rank's top-k reduction
 //   counters        uint32, see ReadinessCounters  local and remote      bounded spin-waits (zeroed per call)
 //   epochs          uint32, see EpochFlags         this rank and peers   call-to-call handshakes (never zeroed)
@@ -18,6 +21,11 @@
 // Alignment: every region starts on 128 B (TMA global addresses and whole cache lines); every row pitch is
 // a multiple of 16 B (one st.global.v4 / TMA stride unit). Row pitches are h·elem, h_inter·elem and
 // h·s_out, which problem validation already makes multiples of 128 B and 16·s_out B.
+//
+// fp8 W8A8 (quantize.hpp's conventions): the token rows carry one fp32 scale per 128 columns, stored
+// row-major beside them so an owner pulls a row's scales with the row; the owner stores the scales of the
+// GEMM A operands (dispatch, ring) MN-major, [K block][row], so the scales of one K block for a tile's rows
+// are contiguous. For bf16 the scale regions are empty.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +37,7 @@ namespace xstage::moe {
 
 inline constexpr std::int64_t kTmaAlignBytes = 128;   // region bases
 inline constexpr std::int64_t kStoreAlignBytes = 16;  // row pitches: st.global.v4, TMA strides
+inline constexpr int kScaleBlock = 128;               // fp8: one scale per 128 columns (fp8::kBlock)
 
 struct Region {
   std::int64_t offset_bytes = 0;
@@ -39,8 +48,13 @@ struct Region {
 // The source rank's own tokens, read by the owners that pull them.
 struct TokenBuffer {
   Region region;
+  Region scales;                     // fp32 [T][scale_blocks] (fp8; empty for bf16)
   std::int64_t row_pitch_bytes = 0;  // h·elem
+  int scale_blocks = 0;              // h/128 (fp8), else 0
   XSTAGE_HD constexpr std::int64_t token_offset(int token) const { return region.offset_bytes + token * row_pitch_bytes; }
+  XSTAGE_HD constexpr std::int64_t scale_offset(int token, int k_block) const {
+    return scales.offset_bytes + 4LL * (static_cast<std::int64_t>(token) * scale_blocks + k_block);
+  }
 };
 
 // The source rank's routing as the owners read it: counts[e] pairs go to expert e, and row e of `lists`
@@ -62,6 +76,7 @@ struct SendLists {
 struct DispatchBuffer {
   Region region;
   Region row_sources;  // RowSource [capacity rows]
+  Region scales;       // fp32 [h/128][capacity rows] (fp8; empty for bf16)
   std::int64_t capacity_rows = 0;
   std::int64_t row_pitch_bytes = 0;  // h·elem
   int b_m = 0;
@@ -72,6 +87,9 @@ struct DispatchBuffer {
   XSTAGE_HD constexpr std::int64_t row_source_offset(std::int64_t row) const {
     return row_sources.offset_bytes + row * static_cast<std::int64_t>(sizeof(RowSource));
   }
+  XSTAGE_HD constexpr std::int64_t scale_offset(std::int64_t row, int k_block) const {
+    return scales.offset_bytes + 4LL * (k_block * capacity_rows + row);
+  }
 };
 
 // L1 output = L2 input: S slots of one scheduler row each (b_m × h_inter after SwiGLU). Row p lives in
@@ -79,6 +97,7 @@ struct DispatchBuffer {
 // tile of the row that held it (ReadinessCounters::l2_done); S = all rows makes the ring a plain buffer.
 struct IntermediateRing {
   Region region;
+  Region scales;                     // fp32 [h_inter/128][S·b_m] (fp8; empty for bf16)
   int slots = 0;                     // S, in scheduler rows
   int b_m = 0;
   std::int64_t row_pitch_bytes = 0;  // h_inter·elem
@@ -92,6 +111,9 @@ struct IntermediateRing {
   }
   XSTAGE_HD constexpr std::int64_t l1_tile_offset(int p, int n_block) const {
     return row_offset(p, 0) + n_block * l1_tile_cols * elem_bytes;
+  }
+  XSTAGE_HD constexpr std::int64_t scale_offset(int p, int r, int k_block) const {
+    return scales.offset_bytes + 4LL * ((static_cast<std::int64_t>(k_block) * slots + slot(p)) * b_m + r);
   }
 };
 
@@ -166,8 +188,11 @@ XSTAGE_HD inline SymmetricWindow window_layout(const MoeProblem& pr, std::int64_
   SymmetricWindow w;
   std::int64_t at = 0;
   const std::int64_t T = pr.T_tokens, k = pr.top_k, eb = pr.elem_bytes();
+  const bool fp8 = pr.dtype == DType::fp8_e4m3;
   w.tokens.row_pitch_bytes = pr.h_hidden * eb;
   w.tokens.region = take_region(at, T * w.tokens.row_pitch_bytes);
+  w.tokens.scale_blocks = fp8 ? pr.h_hidden / kScaleBlock : 0;
+  w.tokens.scales = take_region(at, 4LL * T * w.tokens.scale_blocks);
   w.send.T_tokens = pr.T_tokens;
   w.send.counts = take_region(at, 4LL * pr.E_experts);
   w.send.lists = take_region(at, 4LL * pr.E_experts * T);
@@ -176,12 +201,14 @@ XSTAGE_HD inline SymmetricWindow window_layout(const MoeProblem& pr, std::int64_
   w.dispatch.b_m = pr.b_m;
   w.dispatch.region = take_region(at, capacity_rows * w.dispatch.row_pitch_bytes);
   w.dispatch.row_sources = take_region(at, capacity_rows * static_cast<std::int64_t>(sizeof(RowSource)));
+  w.dispatch.scales = take_region(at, fp8 ? 4LL * (pr.h_hidden / kScaleBlock) * capacity_rows : 0);
   w.ring.slots = ring_slots;
   w.ring.b_m = pr.b_m;
   w.ring.row_pitch_bytes = pr.h_inter * eb;
   w.ring.l1_tile_cols = pr.l1_out_cols_per_tile();
   w.ring.elem_bytes = static_cast<int>(eb);
   w.ring.region = take_region(at, static_cast<std::int64_t>(ring_slots) * pr.b_m * w.ring.row_pitch_bytes);
+  w.ring.scales = take_region(at, fp8 ? 4LL * (pr.h_inter / kScaleBlock) * ring_slots * pr.b_m : 0);
   w.combine.top_k = pr.top_k;
   w.combine.row_pitch_bytes = static_cast<std::int64_t>(pr.h_hidden) * pr.out_bytes;
   w.combine.region = take_region(at, T * k * w.combine.row_pitch_bytes);

@@ -8,6 +8,7 @@
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
 #include "moe/megamoe_kernel.cuh"
+#include "moe/quantize_device.hpp"
 #include "moe/schedule_host.hpp"
 
 namespace xstage::moe {
@@ -50,10 +51,10 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t
   if (threadIdx.x == 0) *reinterpret_cast<int*>(local + send.count_offset(e)) = base;
 }
 
-template <class Tma, class SmemLayout, class TileShape>
+template <class Element, class Tma, class SmemLayout, class TileShape>
 Tma make_tma(const void* base, std::int64_t rows, int K) {
   using namespace cute;
-  auto tensor = make_tensor(make_gmem_ptr(static_cast<cute::bfloat16_t const*>(base)),
+  auto tensor = make_tensor(make_gmem_ptr(static_cast<Element const*>(base)),
                             make_shape(static_cast<int32_t>(rows), static_cast<int32_t>(K)),
                             make_stride(static_cast<int64_t>(K), _1{}));
   return make_tma_copy(SM90_TMA_LOAD{}, tensor, take<0, 2>(SmemLayout{}), TileShape{}, _1{});
@@ -72,9 +73,12 @@ const char* to_string(MoeScheduleKind kind) { return kind == MoeScheduleKind::ex
 
 FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const FusedMoeOptions& opt) : pr_(pr), rt_(rt), opt_(opt) {
   validate(pr_);
-  require_input(pr_.dtype == DType::bf16, "MegaMoE: only bf16 is implemented in the fused kernel (fp8 W8A8: see docs/MOE.md)");
   require_input(pr_.b_m == 128 && (pr_.b_n == 128 || pr_.b_n == 256),
                 "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + std::to_string(pr_.b_m) + " x " + std::to_string(pr_.b_n) + ")");
+  require_input(pr_.dtype == DType::bf16 || pr_.b_n == 256,
+                "MegaMoE fp8: needs 128 x 256 tiles, so that each Linear-1 tile owns whole 128-column activation scale blocks "
+                "(h % 256 == 0 and 2·h_inter % 256 == 0; got h = " + std::to_string(pr_.h_hidden) + ", h_inter = " +
+                    std::to_string(pr_.h_inter) + ", b_n = " + std::to_string(pr_.b_n) + ")");
   require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + std::to_string(pr_.P_ranks) + " ranks but the job has " +
                                                     std::to_string(rt.world_size()));
   require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + std::to_string(kMaxEpRanks) + " expert-parallel ranks (got " + std::to_string(pr_.P_ranks) + ")");
@@ -103,7 +107,8 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&aborted_, sizeof(std::uint32_t)));
 
-  if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
+  if (pr_.dtype == DType::fp8_e4m3) set_smem_attributes<MegaMoeFp8Config>();
+  else if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
   else set_smem_attributes<MegaMoeConfig<128>>();
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
   rt_.barrier();  // every window is zeroed (epochs included) before any rank's first call
@@ -138,13 +143,18 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   XSTAGE_CUDA_CHECK_LAUNCH();
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(local + window_.counters.region.offset_bytes, 0, window_.counters.region.size_bytes, stream));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(MoeKernelStats), stream));
-  if (in.tokens > 0)
+  if (in.tokens > 0 && pr_.dtype == DType::fp8_e4m3)  // W8A8: each source quantizes its own tokens 1×128
+    quantize_rows_fp8(in.tokens_bf16.get<__nv_bfloat16>(), pr_.h_hidden, in.tokens, pr_.h_hidden,
+                      reinterpret_cast<std::uint8_t*>(local + window_.tokens.region.offset_bytes), window_.tokens.row_pitch_bytes,
+                      reinterpret_cast<float*>(local + window_.tokens.scales.offset_bytes), window_.tokens.scale_blocks, 1, stream);
+  else if (in.tokens > 0)
     XSTAGE_CUDA_CHECK(cudaMemcpyAsync(local + window_.tokens.region.offset_bytes, in.tokens_bf16.get(),
                                       static_cast<std::size_t>(in.tokens) * window_.tokens.row_pitch_bytes, cudaMemcpyDeviceToDevice, stream));
   route_kernel<<<pr_.E_experts, kRouteThreads, 0, stream>>>(in.topk_ids.get<std::int32_t>(), in.tokens, pr_.top_k, local, window_.send);
   XSTAGE_CUDA_CHECK_LAUNCH();
 
-  if (pr_.b_n == 256) launch<MegaMoeConfig<256>>(in, out, stream, epoch, ctx);
+  if (pr_.dtype == DType::fp8_e4m3) launch<MegaMoeFp8Config>(in, out, stream, epoch, ctx);
+  else if (pr_.b_n == 256) launch<MegaMoeConfig<256>>(in, out, stream, epoch, ctx);
   else launch<MegaMoeConfig<128>>(in, out, stream, epoch, ctx);
 }
 
@@ -171,11 +181,20 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   using TmaB = typename C::TmaLoadB;
   using LayoutA = typename C::SmemLayoutA;
   using LayoutB = typename C::SmemLayoutB;
-  prm.tma_a1 = make_tma<TmaA, LayoutA, typename C::TileShapeA>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
-  prm.tma_b1 = make_tma<TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
-  prm.tma_a2 = make_tma<TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
-                                                               static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
-  prm.tma_b2 = make_tma<TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+  using E = typename C::Element;
+  prm.tma_a1 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
+  prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
+  prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
+                                                                  static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
+  prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+  if constexpr (C::kFp8) {
+    // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
+    require_input(in.W1_scales.bytes() > 0 && in.W2_scales.bytes() > 0, "MegaMoE fp8: the inputs carry no weight scales");
+    prm.w1_scales = in.W1_scales.get<float>();
+    prm.w2_scales = in.W2_scales.get<float>();
+    prm.w1_scale_pitch = static_cast<int>(round_up(h / kScaleBlock, 4));
+    prm.w2_scale_pitch = static_cast<int>(round_up(I / kScaleBlock, 4));
+  }
 
   // Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the
   // launch fails with a clear error instead of hanging if they cannot be.

@@ -1,5 +1,5 @@
-// The MegaMoE kernel for Hopper (sm_90a), bf16: dispatch -> Linear-1 -> SwiGLU -> Linear-2 -> combine in
-// one persistent, warp-specialized kernel, one CTA per SM (docs/MOE.md, "Hopper kernel mapping").
+// The MegaMoE kernel for Hopper (sm_90a), bf16 or fp8 W8A8: dispatch -> Linear-1 -> SwiGLU -> Linear-2 ->
+// combine in one persistent, warp-specialized kernel, one CTA per SM (docs/MOE.md, "Hopper kernel mapping").
 //
 // 384 threads per CTA:
 //   warp 0, lane 0   TMA producer: walks the schedule; per tile waits for its inputs (dispatch_ready for
@@ -16,6 +16,9 @@
 //                    column c + b_n/2 sit in the same thread), bf16 into the ring, l1_done. L2 epilogue:
 //                    wait for a free staging slot (where back-pressure from the stores reaches the tensor
 //                    cores), write it, signal the storers.
+//                    fp8: each 128-wide K block goes into a temporary and is promoted into the fp32
+//                    accumulator with its scale pair; the L1 epilogue quantizes each row's 128 SwiGLU values
+//                    (1×128, fp8.hpp's rule) into ring codes + one ring scale; L2 still stages bf16.
 // After every role is done, the CTA waits until every owner has stored all rows of this rank's tokens
 // (combine_arrived) and computes its share of the top-k weighted sum (fp32) into the output.
 //
@@ -33,6 +36,7 @@
 
 #include "common/sm90_wgmma.cuh"
 #include "moe/bf16x8.cuh"
+#include "moe/fp8.hpp"
 #include "moe/layout.hpp"
 #include "moe/megamoe_device.cuh"
 #include "moe/problem.hpp"
@@ -44,37 +48,59 @@ namespace xstage::moe {
 // Dispatch pulls rows in units of this many consecutive rows of one scheduler row (dispatch_role).
 inline constexpr int kDispatchUnitRows = 16;
 
-// Tile 128 × kBlockN (b_n = 128 or 256), K step 64. With b_n = 256 the pipeline has 3 stages and one
-// staging slot (3 × 48 KB + 66 KB of shared memory), with b_n = 128 four stages and two slots.
-template <int kBlockN_>
+// Tile 128 × kBlockN (b_n = 128 or 256), K step one 128-byte swizzle row (64 bf16, 128 fp8). With b_n = 256
+// the pipeline has 3 stages and one staging slot (3 × 48 KB + 66 KB of shared memory), with b_n = 128 four
+// stages and two slots.
+//
+// fp8 W8A8 (Element = e4m3): b_n = 256 only, so every L1 tile owns whole 128-column blocks of the
+// activation it quantizes. Each 128-wide K block is promoted on its own (fp32(scale_a · scale_w) times the
+// block's wgmma sum, added to the fp32 accumulator), which needs a second accumulator; a 64 × 256 one per
+// warpgroup would not fit beside the first, so the consumers run the tile as two 64 × 128 wgmma halves into
+// one temporary of 64 registers (kMmaN = 128).
+template <int kBlockN_, class Element_ = cute::bfloat16_t>
 struct MegaMoeConfig {
-  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;
+  using Element = Element_;
+  static constexpr bool kFp8 = std::is_same_v<Element, cute::float_e4m3_t>;
+  static_assert(kFp8 || std::is_same_v<Element, cute::bfloat16_t>, "bf16 or fp8 e4m3");
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 128 / int(sizeof(Element));
   static_assert(kBlockN == 128 || kBlockN == 256, "b_n is 128 or 256");
+  static_assert(!kFp8 || kBlockN == 256, "fp8: L1 tiles of 256 columns own whole 128-column activation scale blocks");
+  static constexpr int kMmaN = kFp8 ? 128 : kBlockN;  // columns of one wgmma instruction
   static constexpr int kStages = kBlockN == 128 ? 4 : 3;
   static constexpr int kStagingSlots = kBlockN == 128 ? 2 : 1;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDispatchWarps = 1, kStorerWarps = 2;  // warp 1; warps 2-3 (warp 0: TMA producer)
   static_assert(1 + kDispatchWarps + kStorerWarps == 4 && kDispatchUnitRows % kDispatchWarps == 0, "warpgroup 0's roles");
-  static constexpr int kProducerRegisters = 72, kConsumerRegisters = 216;  // 72·128 + 216·256 = 63 K of 64 K
+  // Registers per thread after setmaxnreg (warpgroup 0's roles; the consumers), at most 64 K in all. fp8's
+  // consumers hold a 64-register temporary beside the accumulator: they get 232, and the dispatch warp moves
+  // 4 instead of 8 16-byte pieces per lane at a time (fp8 rows are half as long) to fit in 48.
+  static constexpr int kProducerRegisters = kFp8 ? 48 : 72, kConsumerRegisters = kFp8 ? 232 : 216;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 64 * 1024, "register file");
+  static constexpr int kDispatchChunks = kFp8 ? 4 : 8;
   static constexpr int kStagingPitch = kBlockN + 8;  // bf16 per staged row: 16 B aligned, no bank conflicts
   static constexpr int kMaxLocalExperts = 512;
   static constexpr int kMaxCounts = 2048;      // P · E_local counts cached in shared memory
-  using Element = cute::bfloat16_t;
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
   using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>, cute::Int<kStages>>{}));
   using SmemLayoutB = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockK>, cute::Int<kStages>>{}));
+  // The B stages as the wgmma reads them: (kMmaN, K, stages · kBlockN/kMmaN). The swizzle atom is 8 rows,
+  // so rows [128, 256) of a stage are simply the next 128-row block: half h of stage s is index 2s + h.
+  using SmemLayoutBMma = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kMmaN>, cute::Int<kBlockK>, cute::Int<kStages * (kBlockN / kMmaN)>>{}));
   using TileShapeA = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockK>>;
   using TileShapeB = cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockK>>;
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kBlockK>>>(),
+  template <int kN>
+  using TiledMmaN = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kN>, cute::Int<kBlockK>>>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using TiledMma = TiledMmaN<kMmaN>;       // what the mainloop issues
+  using TiledMmaTile = TiledMmaN<kBlockN>; // the whole tile's accumulator layout (the epilogues)
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   static constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * int(sizeof(Element));  // A + B
-  // Every GEMM operand is a row-major [rows][K] bf16 matrix: one TMA copy type per box shape.
+  // Every GEMM operand is a row-major [rows][K] matrix: one TMA copy type per box shape.
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
   using TmaLoadA = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
@@ -82,6 +108,8 @@ struct MegaMoeConfig {
   using TmaLoadB = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
                                                 cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
 };
+
+using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t>;
 
 template <class C>
 struct MegaMoeParams {
@@ -98,6 +126,11 @@ struct MegaMoeParams {
   __nv_bfloat16* out = nullptr;           // [T][h]
   WaitContext wait;
   MoeKernelStats* stats = nullptr;        // device, zeroed per call
+  // fp8: the 128×128 block scales of W1 and W2 (quantize.hpp's layout, local experts stacked: block row
+  // e·(N/128) + b of expert e), fp32 [E_local·N/128][pitch]; null for bf16.
+  const float* w1_scales = nullptr;
+  const float* w2_scales = nullptr;
+  int w1_scale_pitch = 0, w2_scale_pitch = 0;
   typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
   typename C::TmaLoadB tma_b1, tma_b2;  // W1, W2
 };
@@ -205,7 +238,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 // ... in increasing order, so that all CTAs together fill scheduler rows front to back (the order the L1
 // stream consumes them) instead of each CTA filling whole rows of its own. Dispatch warp `dw` takes its share
 // of each unit's rows: lanes resolve the rows' sources in parallel (remote 4-byte loads), then the whole
-// warp copies one row at a time, 8 × 16 bytes in flight per lane.
+// warp copies one row at a time, kDispatchChunks × 16 bytes in flight per lane (fp8: and the row's scales).
 template <class C>
 __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedStorage<C>& smem, int dw) {
   const MoeProblem& pr = prm.pr;
@@ -214,7 +247,7 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
   constexpr int kWarpRows = kDispatchUnitRows / C::kDispatchWarps;
   const int units_per_row = pr.b_m / kDispatchUnitRows;
   const int units = smem.first_row[EL] * units_per_row;
-  const int chunks = pr.h_hidden / 8;  // 16-byte pieces of one token row
+  const int chunks = static_cast<int>(w.tokens.row_pitch_bytes / 16);  // 16-byte pieces of one token row
   const SchedulerRows rows{smem.first_row, EL};
   unsigned long long remote_bytes = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -246,20 +279,26 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
       if (pair < 0) continue;  // padding row: only its RowSource is written
       const uint4* from = at<const uint4>(prm.peer[s], w.tokens.token_offset(pair / k));
       uint4* to = at<uint4>(prm.local, w.dispatch.row_offset(static_cast<std::int64_t>(p) * pr.b_m + r0 + q));
-      for (int c0 = 0; c0 < chunks; c0 += 32 * 8) {
-        uint4 v[8];
+      for (int c0 = 0; c0 < chunks; c0 += 32 * C::kDispatchChunks) {
+        uint4 v[C::kDispatchChunks];
 #pragma unroll
-        for (int x = 0; x < 8; ++x) {
+        for (int x = 0; x < C::kDispatchChunks; ++x) {
           const int c = c0 + 32 * x + lane;
           if (c < chunks) v[x] = from[c];
         }
 #pragma unroll
-        for (int x = 0; x < 8; ++x) {
+        for (int x = 0; x < C::kDispatchChunks; ++x) {
           const int c = c0 + 32 * x + lane;
           if (c < chunks) to[c] = v[x];
         }
       }
-      if (s != prm.rank) remote_bytes += static_cast<unsigned long long>(pr.h_hidden) * 2;
+      if constexpr (C::kFp8) {  // the row's 1×128 scales, into the owner's MN-major [K block][row] table
+        const float* from_scale = at<const float>(prm.peer[s], w.tokens.scale_offset(pair / k, 0));
+        const std::int64_t row = static_cast<std::int64_t>(p) * pr.b_m + r0 + q;
+        for (int kb = lane; kb < w.tokens.scale_blocks; kb += 32)
+          *at<float>(prm.local, w.dispatch.scale_offset(row, kb)) = from_scale[kb];
+      }
+      if (s != prm.rank) remote_bytes += static_cast<unsigned long long>(w.tokens.row_pitch_bytes) + 4ull * w.tokens.scale_blocks;
     }
     fence_proxy_async_global();
     __threadfence();
@@ -350,19 +389,40 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   }
 }
 
+// fp8: scales of one 128-wide K block for this thread's two accumulator rows (r0, r0 + 8) and both
+// 128-column halves of the tile (A: 1×128 per row, B: 128×128 per half).
+struct Fp8BlockScales {
+  float a0 = 1, a1 = 1, b0 = 1, b1 = 1;
+};
+
+// Where a tile's fp8 scales live: A's of K block kb for row r0 at a[kb · a_kb_stride] (row r0 + 8 eight
+// floats later), B's of half h at b[h · b_pitch + kb].
+struct Fp8ScaleSource {
+  const float* a;
+  std::int64_t a_kb_stride;
+  const float* b;
+  int b_pitch;
+  // A's scales were written during this kernel by other SMs: read them from L2, and only after this tile's
+  // first stage has arrived (which orders them after the counter the producer acquired).
+  __device__ __forceinline__ Fp8BlockScales load(int kb) const {
+    return Fp8BlockScales{__ldcg(a + kb * a_kb_stride), __ldcg(a + kb * a_kb_stride + 8), __ldg(b + kb), __ldg(b + b_pitch + kb)};
+  }
+};
+
 template <class Schedule, class C>
 __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline, int tid) {
   using namespace cute;
   const MoeProblem& pr = prm.pr;
   const SymmetricWindow& w = prm.win;
   Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutB{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutBMma{});
   typename C::TiledMma mma;
   auto thr = mma.get_thread_slice(tid);
   Tensor tCrA = thr.partition_fragment_A(sA);  // (MMA, MMA_M, MMA_K, stages)
-  Tensor tCrB = thr.partition_fragment_B(sB);
-  Tensor acc = partition_fragment_C(mma, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
-  Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}));
+  Tensor tCrB = thr.partition_fragment_B(sB);  // (MMA, MMA_N, MMA_K, stages · b_n/kMmaN)
+  typename C::TiledMmaTile mma_tile;
+  Tensor acc = partition_fragment_C(mma_tile, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+  Tensor tCcC = mma_tile.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}));
   constexpr int kAcc = decltype(size(acc))::value;  // 64 rows × b_n columns per warpgroup: b_n / 2 per thread
   static_assert(kAcc == C::kBlockN / 2);
   constexpr int kHalf = C::kBlockN / 2;
@@ -372,6 +432,23 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     if (get<1>(tCcC(v)) >= kHalf || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + kHalf ||
         get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
       moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
+  const int r0 = get<0>(tCcC(0));  // this thread's rows: r0 (value bit 1 clear) and r0 + 8 (set)
+  [[maybe_unused]] auto tmp = [&] {
+    if constexpr (C::kFp8) {
+      // The half accumulator is the tile's first kAcc/2 values, column for column, so half h of the tile is
+      // values [h·kAcc/2, (h+1)·kAcc/2) of acc; and value v's row is r0 + 8·bit 1 of v.
+      Tensor t = partition_fragment_C(mma, Shape<Int<C::kBlockM>, Int<C::kMmaN>>{});
+      Tensor tCcH = thr.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kMmaN>>{}));
+      static_assert(decltype(size(t))::value == kAcc / 2);
+      for (int v = 0; v < kAcc / 2; ++v)
+        if (get<0>(tCcH(v)) != get<0>(tCcC(v)) || get<1>(tCcH(v)) != get<1>(tCcC(v)) ||
+            get<0>(tCcC(v)) != r0 + ((v & 2) ? 8 : 0))
+          moe_device_fail(prm.wait, MoeWait::accumulator_layout, kAcc + v, 0, 0);
+      return t;
+    } else {
+      return 0;
+    }
+  }();
 
   typename C::Pipeline::PipelineState state;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
@@ -385,35 +462,102 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       first_start = clock64();
       if (tid == 0) atomicMax(&prm.stats->first_tile_not_ns, ~static_cast<unsigned long long>(global_timer_ns()));
     }
-    // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
-    typename C::Pipeline::PipelineState previous = state;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      pipeline.consumer_wait(state);
-      auto a_stage = tCrA(_, _, _, state.index());
-      if (kb == 0) {
-        wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
-      } else {
-        wgmma_batch<false, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
+    if constexpr (!C::kFp8) {
+      // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
+      typename C::Pipeline::PipelineState previous = state;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        pipeline.consumer_wait(state);
+        auto a_stage = tCrA(_, _, _, state.index());
+        if (kb == 0) {
+          wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
+        } else {
+          wgmma_batch<false, -1, false>(mma, a_stage, tCrB(_, _, _, state.index()), acc);
+        }
+        warpgroup_wait<1>();
+        if (kb > 0) pipeline.consumer_release(previous);
+        previous = state;
+        ++state;
       }
-      warpgroup_wait<1>();
-      if (kb > 0) pipeline.consumer_release(previous);
-      previous = state;
-      ++state;
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      pipeline.consumer_release(previous);
+    } else {
+      // Mainloop, fp8: per 128-wide K block and per half, the block's sum into tmp, then
+      // acc += tmp · fp32(scale_a · scale_b). The next block's scales load while this one multiplies.
+      const Fp8ScaleSource src =
+          t.stage == Stage::L1
+              ? Fp8ScaleSource{at<const float>(prm.local, w.dispatch.scale_offset(static_cast<std::int64_t>(t.row) * pr.b_m + r0, 0)),
+                               w.dispatch.capacity_rows,
+                               prm.w1_scales + static_cast<std::int64_t>(t.expert * pr.P1_l1_n_blocks() + t.n_block) * 2 * prm.w1_scale_pitch,
+                               prm.w1_scale_pitch}
+              : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, r0, 0)),
+                               static_cast<std::int64_t>(w.ring.slots) * pr.b_m,
+                               prm.w2_scales + static_cast<std::int64_t>(t.expert * pr.P2_l2_n_blocks() + t.n_block) * 2 * prm.w2_scale_pitch,
+                               prm.w2_scale_pitch};
+#pragma unroll
+      for (int v = 0; v < kAcc; ++v) acc(v) = 0.0f;
+      Fp8BlockScales next{};
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        pipeline.consumer_wait(state);
+        const int stage = state.index();
+        auto a_stage = tCrA(_, _, _, stage);
+        wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage), tmp);
+        const Fp8BlockScales sc = kb == 0 ? src.load(0) : next;
+        if (kb + 1 < k_blocks) next = src.load(kb + 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (h == 1) wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage + 1), tmp);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tmp);
+          if (h == 1) pipeline.consumer_release(state);
+          const float b = h == 0 ? sc.b0 : sc.b1;
+          const float p0 = sc.a0 * b, p1 = sc.a1 * b;
+#pragma unroll
+          for (int v = 0; v < kAcc / 2; ++v) acc(h * (kAcc / 2) + v) = fmaf(tmp(v), (v & 2) ? p1 : p0, acc(h * (kAcc / 2) + v));
+        }
+        ++state;
+      }
     }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc);
-    pipeline.consumer_release(previous);
 
     if (t.stage == Stage::L1) {
-      // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.
-      __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
-      const std::int64_t pitch = pr.h_inter;
+      if constexpr (!C::kFp8) {
+        // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.
+        __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
+        const std::int64_t pitch = pr.h_inter;
 #pragma unroll
-      for (int v = 0; v < kAcc / 2; v += 2) {
-        const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
-        const float g0 = acc(v), g1 = acc(v + 1), u0 = acc(v + kAcc / 2), u1 = acc(v + 1 + kAcc / 2);
-        const float a0 = g0 / (1.0f + __expf(-g0)) * u0, a1 = g1 / (1.0f + __expf(-g1)) * u1;
-        *reinterpret_cast<__nv_bfloat162*>(ring + r * pitch + c) = __floats2bfloat162_rn(a0, a1);
+        for (int v = 0; v < kAcc / 2; v += 2) {
+          const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
+          const float g0 = acc(v), g1 = acc(v + 1), u0 = acc(v + kAcc / 2), u1 = acc(v + 1 + kAcc / 2);
+          const float a0 = g0 / (1.0f + __expf(-g0)) * u0, a1 = g1 / (1.0f + __expf(-g1)) * u1;
+          *reinterpret_cast<__nv_bfloat162*>(ring + r * pitch + c) = __floats2bfloat162_rn(a0, a1);
+        }
+      } else {
+        // act = silu(gate) · up in fp32; this tile's 128 act columns are activation block n of each row:
+        // amax over the row's quad of threads, then codes into the ring and one scale per row.
+        float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int v = 0; v < kAcc / 2; ++v) {
+          const float g = acc(v), u = acc(v + kAcc / 2);
+          acc(v) = g / (1.0f + __expf(-g)) * u;
+          amax[(v >> 1) & 1] = fmaxf(amax[(v >> 1) & 1], fabsf(acc(v)));
+        }
+#pragma unroll
+        for (int rh = 0; rh < 2; ++rh)
+          for (int o = 1; o < 4; o *= 2) amax[rh] = fmaxf(amax[rh], __shfl_xor_sync(0xffffffffu, amax[rh], o));
+        const fp8::BlockScale scale[2] = {fp8::block_scale(amax[0]), fp8::block_scale(amax[1])};
+        std::uint8_t* ring = at<std::uint8_t>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
+        const std::int64_t pitch = pr.h_inter;
+#pragma unroll
+        for (int v = 0; v < kAcc / 2; v += 2) {
+          const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
+          const fp8::BlockScale& sv = scale[(v >> 1) & 1];
+          const unsigned lo = fp8::quantize_value(acc(v), sv), hi = fp8::quantize_value(acc(v + 1), sv);
+          *reinterpret_cast<std::uint16_t*>(ring + r * pitch + c) = static_cast<std::uint16_t>(lo | (hi << 8));
+        }
+        if (tid % 4 == 0) {
+          *at<float>(prm.local, w.ring.scale_offset(t.row, r0, t.n_block)) = scale[0].scale;
+          *at<float>(prm.local, w.ring.scale_offset(t.row, r0 + 8, t.n_block)) = scale[1].scale;
+        }
       }
       fence_proxy_async_global();
       __threadfence();

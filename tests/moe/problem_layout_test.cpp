@@ -106,6 +106,43 @@ TEST(MoeLayout, RegionsDisjointAlignedAndInBounds) {
   }
 }
 
+// fp8: the three scale tensors get their own regions, disjoint from everything, with the last scale of
+// each inside; distinct (row, K block) pairs never share a slot; bf16 windows have none.
+TEST(MoeLayout, Fp8ScaleRegionsDisjointAndInBounds) {
+  for (int P : {1, 2, 8}) {
+    MoeProblem pr = deepseek(P);
+    pr.dtype = DType::fp8_e4m3;
+    pr.b_n = 256;
+    const std::int64_t cap = expected_capacity_rows(pr, 1.25);
+    const int slots = 16;
+    const SymmetricWindow w = plan_window(pr, cap, slots);
+    std::vector<Region> regions{w.tokens.region, w.tokens.scales, w.send.counts,   w.send.lists,     w.dispatch.region,
+                                w.dispatch.row_sources, w.dispatch.scales, w.ring.region, w.ring.scales, w.combine.region,
+                                w.counters.region, w.epochs.region};
+    std::sort(regions.begin(), regions.end(), [](const Region& a, const Region& b) { return a.offset_bytes < b.offset_bytes; });
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      EXPECT_EQ(regions[i].offset_bytes % kTmaAlignBytes, 0);
+      EXPECT_GT(regions[i].size_bytes, 0);
+      if (i + 1 < regions.size()) EXPECT_LE(regions[i].end_bytes(), regions[i + 1].offset_bytes);
+    }
+    const auto inside = [](const Region& r, std::int64_t off) { return off >= r.offset_bytes && off + 4 <= r.end_bytes(); };
+    const int kh = pr.h_hidden / 128, ki = pr.h_inter / 128;
+    EXPECT_EQ(w.tokens.row_pitch_bytes, pr.h_hidden);
+    EXPECT_TRUE(inside(w.tokens.scales, w.tokens.scale_offset(pr.T_tokens - 1, kh - 1)));
+    EXPECT_EQ(w.tokens.scale_offset(1, 0) - w.tokens.scale_offset(0, kh - 1), 4);  // row-major, packed
+    EXPECT_TRUE(inside(w.dispatch.scales, w.dispatch.scale_offset(cap - 1, kh - 1)));
+    EXPECT_EQ(w.dispatch.scale_offset(1, 3) - w.dispatch.scale_offset(0, 3), 4);    // MN-major: rows contiguous
+    EXPECT_EQ(w.dispatch.scale_offset(0, 1) - w.dispatch.scale_offset(cap - 1, 0), 4);
+    const int last_row = slots * 3 - 1;  // generation 2 of the last slot
+    EXPECT_TRUE(inside(w.ring.scales, w.ring.scale_offset(last_row, pr.b_m - 1, ki - 1)));
+    EXPECT_EQ(w.ring.scale_offset(5, 0, 2), w.ring.scale_offset(5 + slots, 0, 2));  // a slot's rows share scales
+    EXPECT_EQ(w.ring.scale_offset(0, 1, 0) - w.ring.scale_offset(0, 0, 0), 4);
+    EXPECT_EQ(w.ring.scale_offset(0, 0, 1) - w.ring.scale_offset(slots - 1, pr.b_m - 1, 0), 4);
+  }
+  const SymmetricWindow bf16 = plan_window(deepseek(2), expected_capacity_rows(deepseek(2), 1.0), 4);
+  EXPECT_EQ(bf16.tokens.scales.size_bytes + bf16.dispatch.scales.size_bytes + bf16.ring.scales.size_bytes, 0);
+}
+
 TEST(MoeLayout, CountersAndRingSlotsDoNotAlias) {
   const MoeProblem pr = test::small_problem(2, 4, 2, 300);
   const SymmetricWindow w = plan_window(pr, 1024, 5);

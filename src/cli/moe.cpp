@@ -38,13 +38,20 @@
 namespace xstage::cli {
 namespace {
 
-constexpr double kMaxRelativeL2 = 1e-2;  // ||out - ref|| / ||ref||, bf16 output
-// fp8 W8A8 against the W8A8 reference (float64 sums, exact code products per 128-K block): what it allows is
-// the fp8 GEMMs' own accumulation inside a 128-K block (wgmma / cuBLASLt accumulate fp8 products below fp32
-// precision), fp32 instead of float64 promotion sums, the unfused layer's bf16 Linear-1 output before SwiGLU,
-// and activation codes that flip by one at rounding boundaries when the requantized values differ by an ulp.
-// A starting value, to be calibrated on the GPU (a misindexed scale moves the layer by >= 1e-1, docs/MOE.md).
-constexpr double kMaxRelativeL2Fp8 = 2e-2;
+// ||out - ref|| / ||ref|| against the float64 reference of the same precision (fp8: the W8A8 layer, with exact
+// code products per 128-K block). 1e-2 for every bf16 layer and for the fused fp8 kernel, whose rounding
+// points are the W8A8 reference's (what differs: wgmma's fp8 accumulation inside a 128-K block, fp32
+// promotion sums, and activation codes that flip by one where the requantized value differs by an ulp;
+// measured <= 5.2e-3, results/h200x2/moe/run17-fp8-first). The unfused fp8 layer also rounds Linear-1 to bf16
+// before SwiGLU and the requantization, as users run it, which moves many more codes: measured 1.4e-2 to
+// 2.5e-2 (a one-token case), hence 3e-2. A misindexed scale or K block moves the layer by >= 1e-1.
+constexpr double kMaxRelativeL2 = 1e-2;
+constexpr double kMaxRelativeL2Fp8Unfused = 3e-2;
+
+double check_tolerance(moe::DType dtype, const moe::MoeLayerImpl& layer) {
+  return dtype == moe::DType::fp8_e4m3 && dynamic_cast<const moe::UnfusedMoeLayer*>(&layer) ? kMaxRelativeL2Fp8Unfused
+                                                                                               : kMaxRelativeL2;
+}
 
 struct MoeArgs {
   int gpus = 0;
@@ -251,7 +258,6 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
       const std::vector<float>& want = ref.out[rt.rank()];
       const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
       const OwnerLoad load = owner_load(pr, data, rt.rank());
-      const double tolerance = dtype == moe::DType::bf16 ? kMaxRelativeL2 : kMaxRelativeL2Fp8;
       for (const std::string& impl : impl_list(args.impl)) {
         // An implementation that cannot run this case says so with an InputError from its constructor (the
         // same on every rank); anything else is a failure.
@@ -303,6 +309,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
           rows_min = std::min(rows_min, a.rows_received);
           rows_max = std::max(rows_max, a.rows_received);
         }
+        const double tolerance = check_tolerance(dtype, *layer);
         const bool ok = worst <= tolerance && nans == 0 && identical;
         failures += !ok;
         ++ran;
@@ -322,9 +329,9 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
     }
   }
   if (lead) {
-    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e bf16, %.0e fp8; no NaN, bitwise "
-                "identical runs)\n",
-                ran, failures, kMaxRelativeL2, kMaxRelativeL2Fp8);
+    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e, unfused fp8 %.0e; no NaN, "
+                "bitwise identical runs)\n",
+                ran, failures, kMaxRelativeL2, kMaxRelativeL2Fp8Unfused);
     if (!args.out.empty())
       write_json_file(args.out, {{"command", command_line()}, {"date", utc_timestamp()}, {"seed", seed},
                                  {"world_size", rt.world_size()}, {"device", comm::describe_device(rt.device())},

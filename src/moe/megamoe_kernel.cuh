@@ -72,11 +72,16 @@ struct MegaMoeConfig {
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDispatchWarps = 1, kStorerWarps = 2;  // warp 1; warps 2-3 (warp 0: TMA producer)
   static_assert(1 + kDispatchWarps + kStorerWarps == 4 && kDispatchUnitRows % kDispatchWarps == 0, "warpgroup 0's roles");
-  // Registers per thread after setmaxnreg (warpgroup 0's roles; the consumers), at most 64 K in all. fp8's
-  // consumers hold a 64-register temporary beside the accumulator: they get 232, and the dispatch warp moves
-  // 4 instead of 8 16-byte pieces per lane at a time (fp8 rows are half as long) to fit in 48.
-  static constexpr int kProducerRegisters = kFp8 ? 48 : 72, kConsumerRegisters = kFp8 ? 232 : 216;
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 64 * 1024, "register file");
+  // Registers per thread after setmaxnreg (warpgroup 0's roles; the consumers). setmaxnreg only moves
+  // registers between the CTA's warps: the pool is what the launch gave the CTA (384 threads × 168, the
+  // most ptxas gives a 384-thread kernel), and an increase that the pool cannot cover waits forever, so
+  // the split must fit it exactly. fp8's consumers hold a 64-register temporary beside the accumulator:
+  // 224 for them, and the dispatch warp moves 4 instead of 8 16-byte pieces per lane at a time (fp8 rows
+  // are half as long) so warpgroup 0 fits in 56.
+  static constexpr int kLaunchRegisters = 168;
+  static constexpr int kProducerRegisters = kFp8 ? 56 : 72, kConsumerRegisters = kFp8 ? 224 : 216;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= kLaunchRegisters * kThreads,
+                "setmaxnreg would wait forever for registers the CTA does not have");
   static constexpr int kDispatchChunks = kFp8 ? 4 : 8;
   static constexpr int kStagingPitch = kBlockN + 8;  // bf16 per staged row: 16 B aligned, no bank conflicts
   static constexpr int kMaxLocalExperts = 512;

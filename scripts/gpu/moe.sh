@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On a machine with >= 2 NVLink GPUs: the fused layer's GPU tests, `xstage moe check` (all cases, every implementation: the unfused
-# baseline's two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and
-# racecheck of the fused kernel on tiny checks, then `xstage moe bench` over configs/moe_grid.json
-# (MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations; about 3 minutes for the whole grid
-# on 2 x H200). Everything lands in ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json,
+# On a machine with >= 2 NVLink GPUs: the fused layer's GPU tests (and the device fp8 quantizers against the
+# host ones), `xstage moe check` (all cases, bf16 and fp8 W8A8, every implementation: the unfused baseline's
+# two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and racecheck of
+# the fused kernel on tiny checks in both precisions, then `xstage moe bench` over configs/moe_grid.json
+# (both precisions; MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations). Everything lands in ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json,
 # bench.json, sanitizer logs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.l
 date -u
 ldd "$X" | grep -E "cublas|nccl" || true
 
-step "GPU tests of the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow)"
+step "GPU tests: the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow), fp8 quantizers"
 timed "moe gpu tests" -- "$XSTAGE_TEST_DIR/xstage_moe_gpu_tests" || failures=$((failures+1))
 
 step "xstage moe check (all cases, every implementation)"

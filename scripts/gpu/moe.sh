@@ -12,7 +12,7 @@ XSTAGE_BIN_DIR=${XSTAGE_MOE_BIN_DIR:-$XSTAGE_BIN_DIR}
 OUT=${OUT:-out}; mkdir -p "$OUT/work"
 LOG="$OUT/moe.log"; exec > >(tee "$LOG") 2>&1
 FILTER=${MOE_BENCH_FILTER:-}
-IMPL=${MOE_BENCH_IMPL:-unfused-loop,megamoe-wave,megamoe-interleaved}
+IMPL=${MOE_BENCH_IMPL:-unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
 X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}  # EP over every visible GPU unless GPUS says otherwise
 failures=0
@@ -33,7 +33,7 @@ step "compute-sanitizer memcheck and racecheck of the fused kernel on tiny check
 # Device waits get a long bound: the sanitizer slows the kernel by orders of magnitude.
 for tool in memcheck racecheck; do
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
-    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --impl megamoe-wave,megamoe-interleaved \
+    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved \
     --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
   rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
 done

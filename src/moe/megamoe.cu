@@ -87,6 +87,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   require_input(pr_.E_local() <= MegaMoeConfig<128>::kMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= MegaMoeConfig<128>::kMaxCounts,
                 "MegaMoE: too many local experts (" + std::to_string(pr_.E_local()) + ") for the kernel's shared-memory tables");
   require_input(opt_.timeout_s > 0 && std::isfinite(opt_.timeout_s), "MegaMoE: the device timeout must be positive");
+  require_input(opt_.wave_lag >= 0, "MegaMoE: the expert-wave L2 lag must be >= 0 waves (got " + std::to_string(opt_.wave_lag) + ")");
 
   int device = 0, sms = 0;
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -122,7 +123,10 @@ FusedMoeLayer::~FusedMoeLayer() {
 
 std::string FusedMoeLayer::name() const {
   return std::string("megamoe-") + to_string(opt_.schedule) +
-         (opt_.schedule == MoeScheduleKind::interleaved ? " D=" + std::to_string(D_rows_) : " W=" + std::to_string(wave_experts_)) + " 128x" + std::to_string(pr_.b_n);
+         (opt_.schedule == MoeScheduleKind::interleaved
+              ? " D=" + std::to_string(D_rows_)
+              : " W=" + std::to_string(wave_experts_) + (opt_.wave_lag > 0 ? " lag=" + std::to_string(opt_.wave_lag) : "")) +
+         " 128x" + std::to_string(pr_.b_n);
 }
 
 void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
@@ -172,6 +176,7 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   prm.epoch = epoch;
   prm.D_rows = D_rows_;
   prm.wave_experts = wave_experts_;
+  prm.wave_lag = opt_.wave_lag;
   prm.topk_weights = in.topk_weights.get<float>();
   prm.out = out.out_bf16.get<__nv_bfloat16>();
   prm.wait = ctx;

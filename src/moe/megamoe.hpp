@@ -29,6 +29,7 @@ struct FusedMoeOptions {
   MoeScheduleKind schedule = MoeScheduleKind::interleaved;
   int D_rows = 0;                 // interleaved lead; 0 = interleave_lead_rows (schedule_host.hpp)
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
+  int wave_lag = 0;               // expert-wave λ: 0 = the paper's baseline, 1 = pipelined waves (scheduler.hpp)
   double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
   double timeout_s = 10.0;        // every device-side wait
 };

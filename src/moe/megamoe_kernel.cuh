@@ -127,6 +127,7 @@ struct MegaMoeParams {
   std::uint32_t epoch = 0;
   int D_rows = 1;                         // interleaved: lead of L1 over L2 (rows)
   int wave_experts = 1;                   // expert-wave: experts per wave
+  int wave_lag = 0;                       // expert-wave: λ, waves of L1 before a wave's L2 (scheduler.hpp)
   const float* topk_weights = nullptr;    // [T][k]
   __nv_bfloat16* out = nullptr;           // [T][h]
   WaitContext wait;
@@ -159,7 +160,7 @@ __device__ __forceinline__ Schedule make_device_schedule(const Params& prm, cons
   if constexpr (std::is_same_v<Schedule, InterleavedSchedule>) {
     return InterleavedSchedule{streams, prm.D_rows, static_cast<int>(gridDim.x)};
   } else {
-    return ExpertWaveSchedule{streams, prm.wave_experts, static_cast<int>(gridDim.x)};
+    return ExpertWaveSchedule{streams, prm.wave_experts, static_cast<int>(gridDim.x), prm.wave_lag};
   }
 }
 

@@ -21,12 +21,10 @@ long interleave_lead_rows(const MoeProblem& pr, int K_SM) {
 int required_ring_slots(const InterleavedSchedule& s) { return std::max(1, s.D_rows); }
 
 int required_ring_slots(const ExpertWaveSchedule& s) {
-  const SchedulerRows& r = s.streams.rows;
+  // A wave's rows and the next λ waves' rows are all live at once: their L1 tiles come before its L2 tiles.
   int most = 1;
-  for (int e0 = 0; e0 < r.E_local; e0 += s.wave_experts) {
-    const int e1 = std::min(e0 + s.wave_experts, r.E_local);
-    most = std::max(most, r.first_row[e1] - r.first_row[e0]);
-  }
+  for (int w = 0; w < s.num_waves(); ++w)
+    most = std::max(most, s.rows_before_wave(w + 1 + s.l2_lag_waves) - s.rows_before_wave(w));
   return most;
 }
 
@@ -189,12 +187,14 @@ InterleavedSchedule make_interleaved_schedule(const MoeProblem& pr, const int* f
   return InterleavedSchedule{make_streams(pr, first_row), D_rows, Gs};
 }
 
-ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* first_row, int wave_experts, int Gs) {
+ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* first_row, int wave_experts, int Gs,
+                                             int l2_lag_waves) {
   require_input(wave_experts >= 1 && wave_experts <= pr.E_local(),
                 "expert-wave schedule: wave size " + std::to_string(wave_experts) + " must be in [1, E_local = " +
                     std::to_string(pr.E_local()) + "]");
   require_input(Gs >= 1, "expert-wave schedule: needs at least one persistent instance");
-  return ExpertWaveSchedule{make_streams(pr, first_row), wave_experts, Gs};
+  require_input(l2_lag_waves >= 0, "expert-wave schedule: the L2 lag must be >= 0 waves (got " + std::to_string(l2_lag_waves) + ")");
+  return ExpertWaveSchedule{make_streams(pr, first_row), wave_experts, Gs, l2_lag_waves};
 }
 
 }  // namespace xstage::moe

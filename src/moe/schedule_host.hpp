@@ -32,11 +32,13 @@ long interleave_lead_rows(const MoeProblem& problem, int K_SM);
 // wave_experts in [1, E_local]; anything else is an InputError.
 TileStreams make_streams(const MoeProblem& problem, const int* first_row);
 InterleavedSchedule make_interleaved_schedule(const MoeProblem& problem, const int* first_row, int D_rows, int Gs);
-ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& problem, const int* first_row, int wave_experts, int Gs);
+ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& problem, const int* first_row, int wave_experts, int Gs,
+                                             int l2_lag_waves = 0);
 
 // Ring slots (scheduler rows) each schedule needs to be deadlock-free (proof in docs/MOE.md):
 // interleaved: S >= D (an instance runs L1 at most D - 1 rows ahead of its pending L2 row);
-// expert-wave: S >= the rows of the largest wave (a wave's L1 tiles all run before its L2 tiles).
+// expert-wave: S >= the rows of the largest run of 1 + λ consecutive waves (a wave's L1 tiles and the next λ
+// waves' all run before its L2 tiles).
 int required_ring_slots(const InterleavedSchedule& schedule);
 int required_ring_slots(const ExpertWaveSchedule& schedule);
 

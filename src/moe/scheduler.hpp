@@ -98,14 +98,19 @@ struct InterleavedSchedule {
 };
 
 // The baseline: local experts in waves of `wave_experts`; the global order is wave 0's L1 tiles, wave 0's
-// L2 tiles, wave 1's L1 tiles, ...; instance g runs tiles g, g + Gs, g + 2·Gs, ... of that order. Wave w
-// starts at global index (P1 + P2)·O_{w·W}, so the wave of index j is that of row j / (P1 + P2).
+// L2 tiles, wave 1's L1 tiles, ...; instance g runs tiles g, g + Gs, g + 2·Gs, ... of that order.
 // Inside a wave, an expert's L1 tiles go in groups of up to kL1RowGroup of its rows, n-block by n-block
 // within a group (grouped rasterization): the tiles running at once share W1 n-blocks, so an expert's W1
 // streams from memory once per group instead of once per m-block (Mixtral-like experts hold 235 MB of
 // W1 and 32 m-blocks at 8192 tokens per rank). Groups never span experts (rows of different experts
 // share no weights), and an expert's first group completes early, so the wave's first L2 tiles do not
 // wait for its last L1 tile. L2 tiles stay row-major.
+//
+// `l2_lag_waves` = λ delays each wave's L2 tiles behind the next λ waves' L1 tiles: segment s of the
+// global order is wave s's L1 tiles, then wave s - λ's L2 tiles (λ = 0: the baseline above). With λ = 1
+// ("pipelined waves") an L2 tile's L1 rows finished a whole L1 round earlier, so its CTA does not wait
+// for the wave's slowest L1 tile, at the price of two waves' weights in flight. Every L2 tile still comes
+// after its own L1 tiles in the global order, so no instance can wait on itself or on a later tile.
 struct ExpertWaveSchedule {
   static constexpr int kL1RowGroup = 16;
   struct State {
@@ -114,16 +119,32 @@ struct ExpertWaveSchedule {
   TileStreams streams;
   int wave_experts = 1;  // W (wave_size_experts below)
   int Gs = 1;
+  int l2_lag_waves = 0;  // λ
+
+  XSTAGE_HD constexpr int num_waves() const { return (streams.rows.E_local + wave_experts - 1) / wave_experts; }
+  // Rows before wave w (0 for w <= 0; all rows from the last wave on).
+  XSTAGE_HD constexpr int rows_before_wave(int w) const {
+    if (w <= 0) return 0;
+    const int e = w * wave_experts;
+    return streams.rows.first_row[e < streams.rows.E_local ? e : streams.rows.E_local];
+  }
+  // First global index of segment s (s in [0, num_waves() + λ]; the last one is the end).
+  XSTAGE_HD constexpr int segment_start(int s) const {
+    return streams.P1 * rows_before_wave(s) + streams.P2 * rows_before_wave(s - l2_lag_waves);
+  }
 
   XSTAGE_HD constexpr State start(int g) const { return State{g}; }
   XSTAGE_HD ScheduleStep<State> next(State s) const {
-    const int P12 = streams.P1 + streams.P2;
-    if (s.j >= streams.rows.num_rows() * P12) return {Tile{}, s};
-    const int e = streams.rows.expert_of_row(s.j / P12);
-    const int e0 = e / wave_experts * wave_experts;
-    const int e1 = e0 + wave_experts < streams.rows.E_local ? e0 + wave_experts : streams.rows.E_local;
-    const int r0 = streams.rows.first_row[e0], wave_rows = streams.rows.first_row[e1] - r0;
-    int local = s.j - P12 * r0;
+    const int segments = num_waves() + l2_lag_waves;
+    if (s.j >= segment_start(segments)) return {Tile{}, s};
+    // The segment holding j: the last one starting at or before j (empty segments start where the next does).
+    int lo = 0, hi = segments;  // segment_start(lo) <= j < segment_start(hi)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (segment_start(mid) <= s.j) lo = mid; else hi = mid;
+    }
+    const int r0 = rows_before_wave(lo), wave_rows = rows_before_wave(lo + 1) - r0;
+    int local = s.j - segment_start(lo);
     const State after{s.j + Gs};
     if (local < streams.P1 * wave_rows) {
       // The expert owning these indices (each expert's L1 tiles are P1·rows_e consecutive indices).
@@ -137,7 +158,7 @@ struct ExpertWaveSchedule {
       return {streams.make(Stage::L1, O + group * G + in_group % rows_g, in_group / rows_g), after};
     }
     local -= streams.P1 * wave_rows;
-    return {streams.make(Stage::L2, r0 + local / streams.P2, local % streams.P2), after};
+    return {streams.make(Stage::L2, rows_before_wave(lo - l2_lag_waves) + local / streams.P2, local % streams.P2), after};
   }
 };
 

@@ -101,7 +101,7 @@ TEST(MoeScheduler, EveryTileExactlyOnceOverRandomProblems) {
                              std::to_string(P1) + " P2=" + std::to_string(P2) + " Gs=" + std::to_string(Gs) +
                              " D=" + std::to_string(D) + " W=" + std::to_string(W) + " rows=" + std::to_string(O.back());
     expect_exactly_once(make_interleaved_schedule(pr, O.data(), D, Gs), O, "interleaved " + what);
-    expect_exactly_once(make_expert_wave_schedule(pr, O.data(), W, Gs), O, "wave " + what);
+    for (int lag : {0, 1, 2}) expect_exactly_once(make_expert_wave_schedule(pr, O.data(), W, Gs, lag), O, "wave lag " + std::to_string(lag) + " " + what);
   }
 }
 
@@ -130,6 +130,23 @@ TEST(MoeScheduler, InterleavedFollowsAlgorithm1Literally) {
   EXPECT_EQ(format_sequence(instance_sequence(w, 1)), "L1(1,0) L1(0,1) L1(2,1) L2(1,0)");
 }
 
+// Pipelined waves (λ = 1), one expert per wave, one instance: wave 0's L1 tiles, then wave 1's L1 tiles
+// before wave 0's L2 tiles, and so on; the last segment holds only the last wave's L2 tiles. An empty
+// expert (wave 1 here) is an empty wave: its segment holds only wave 0's L2 tiles.
+TEST(MoeScheduler, PipelinedWavesRunNextWavesL1BeforeThisWavesL2) {
+  const MoeProblem pr = problem_with(3, 2, 1);  // P1 = 2, P2 = 1
+  const std::vector<int> O{0, 1, 3, 4};        // experts: 1, 2, 1 rows
+  EXPECT_EQ(format_sequence(instance_sequence(make_expert_wave_schedule(pr, O.data(), 1, 1, 1), 0)),
+            "L1(0,0) L1(0,1) L1(1,0) L1(2,0) L1(1,1) L1(2,1) L2(0,0) L1(3,0) L1(3,1) L2(1,0) L2(2,0) L2(3,0)");
+  const std::vector<int> O_empty{0, 1, 1, 2};  // expert 1 has no rows
+  EXPECT_EQ(format_sequence(instance_sequence(make_expert_wave_schedule(pr, O_empty.data(), 1, 1, 1), 0)),
+            "L1(0,0) L1(0,1) L2(0,0) L1(1,0) L1(1,1) L2(1,0)");
+  // λ = 0 is the baseline order.
+  EXPECT_EQ(format_sequence(instance_sequence(make_expert_wave_schedule(pr, O.data(), 1, 1, 0), 0)),
+            "L1(0,0) L1(0,1) L2(0,0) L1(1,0) L1(2,0) L1(1,1) L1(2,1) L2(1,0) L2(2,0) L1(3,0) L1(3,1) L2(3,0)");
+  EXPECT_THROW(make_expert_wave_schedule(pr, O.data(), 1, 1, -1), InputError);
+}
+
 TEST(MoeScheduler, SimulationKeepsDependenciesAndNeverDeadlocks) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 120; ++trial) {
@@ -145,7 +162,6 @@ TEST(MoeScheduler, SimulationKeepsDependenciesAndNeverDeadlocks) {
     cfg.l2_time = 1 + static_cast<int>(rng() % 4);
     const std::string what = "trial " + std::to_string(trial);
     const InterleavedSchedule si = make_interleaved_schedule(pr, O.data(), D, Gs);
-    const ExpertWaveSchedule sw = make_expert_wave_schedule(pr, O.data(), W, Gs);
     // Plain buffer, then the smallest ring each schedule is proven to need.
     for (bool ring : {false, true}) {
       cfg.ring_slots = ring ? required_ring_slots(si) : 0;
@@ -154,12 +170,16 @@ TEST(MoeScheduler, SimulationKeepsDependenciesAndNeverDeadlocks) {
       EXPECT_TRUE(ri.dependencies_held) << what;
       EXPECT_EQ(ri.tiles_run, O.back() * (P1 + P2)) << what;
       expect_dependencies(ri, si.streams, cfg.ring_slots > 0 ? cfg.ring_slots : std::max(1, O.back()), "interleaved " + what);
-      cfg.ring_slots = ring ? required_ring_slots(sw) : 0;
-      const SimulationResult rw = simulate(sw, cfg);
-      ASSERT_TRUE(rw.finished) << what << " wave deadlocked: " << rw.deadlock;
-      EXPECT_TRUE(rw.dependencies_held) << what;
-      EXPECT_EQ(rw.tiles_run, O.back() * (P1 + P2)) << what;
-      expect_dependencies(rw, sw.streams, cfg.ring_slots > 0 ? cfg.ring_slots : std::max(1, O.back()), "wave " + what);
+      for (int lag : {0, 1, 2}) {
+        const ExpertWaveSchedule swl = make_expert_wave_schedule(pr, O.data(), W, Gs, lag);
+        cfg.ring_slots = ring ? required_ring_slots(swl) : 0;
+        const SimulationResult rw = simulate(swl, cfg);
+        const std::string wwhat = "wave lag " + std::to_string(lag) + " " + what;
+        ASSERT_TRUE(rw.finished) << wwhat << " deadlocked: " << rw.deadlock;
+        EXPECT_TRUE(rw.dependencies_held) << wwhat;
+        EXPECT_EQ(rw.tiles_run, O.back() * (P1 + P2)) << wwhat;
+        expect_dependencies(rw, swl.streams, cfg.ring_slots > 0 ? cfg.ring_slots : std::max(1, O.back()), wwhat);
+      }
     }
   }
 }

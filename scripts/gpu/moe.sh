@@ -28,12 +28,16 @@ timed "moe gpu tests" -- "$XSTAGE_TEST_DIR/xstage_moe_gpu_tests" || failures=$((
 step "xstage moe check (all cases, every implementation)"
 timed "check" -- "$X" moe check --gpus "$GPUS" --out "$OUT/work/check.json" || failures=$((failures+1))
 
+step "the bf16 kernel with 128x256 tiles on h = 384 (each row's last Linear-2 block half full)"
+timed "check half block" -- "$X" moe check --gpus "$GPUS" --cases h384 --dtype bf16 --tile-n 256 \
+  --impl megamoe-wave,megamoe-interleaved || failures=$((failures+1))
+
 step "compute-sanitizer memcheck and racecheck of the fused kernel on tiny checks"
 # The fused kernel only: the unfused baseline was checked before, and instrumenting cuBLAS takes minutes.
 # Device waits get a long bound: the sanitizer slows the kernel by orders of magnitude.
 for tool in memcheck racecheck; do
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
-    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved \
+    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty,h384 --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved \
     --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
   rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
 done

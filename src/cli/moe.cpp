@@ -157,9 +157,11 @@ std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
   return seed;
 }
 
-// Tile width b_n: 256 where both GEMMs' N (2·h_inter and h) allow it (fewer, larger wgmma tiles for the
-// fused kernel), else 128; `tile_n` forces one. Every implementation of a run gets the same problem (W1's
-// tile-interleaved storage depends on b_n; the unfused layer reads it with any b_n).
+// Tile width b_n: 256 (fewer, larger wgmma tiles for the fused kernel) where Linear-1's N = 2·h_inter allows
+// it and h is a multiple of 256 (bf16) or of 128 (fp8: the fused fp8 kernel needs 256-wide Linear-1 tiles, and
+// an h that is an odd multiple of 128 leaves each row's last Linear-2 block half full), else 128; `tile_n`
+// forces one. Every implementation of a run gets the same problem (W1's tile-interleaved storage depends on
+// b_n; the unfused layer reads it with any b_n).
 moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_n, moe::DType dtype) {
   moe::MoeProblem pr;
   pr.P_ranks = P;
@@ -168,7 +170,9 @@ moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_
   pr.h_hidden = h;
   pr.h_inter = I;
   pr.T_tokens = T;
-  pr.b_n = tile_n ? tile_n : (h % 256 == 0 && (2 * I) % 256 == 0 ? 256 : 128);
+  const bool l1_256 = (2 * I) % 256 == 0;
+  const bool wide = dtype == moe::DType::fp8_e4m3 ? l1_256 && h % 128 == 0 : l1_256 && h % 256 == 0;
+  pr.b_n = tile_n ? tile_n : (wide ? 256 : 128);
   pr.dtype = dtype;
   moe::validate(pr);
   return pr;
@@ -207,7 +211,8 @@ struct CheckCase {
 // balanced and skewed routing, experts with no tokens, a hot expert, one token per rank. fp8 needs h and
 // h_inter multiples of 128 (its scale block); the cases with h a multiple of 256 and h_inter of 128 (the
 // fused fp8 kernel's b_n = 256) cover all of the above for fp8 too: k1..k8 (k4-skewed-i256,
-// k5-empty-experts-i128 and k7-skewed-i128 stand in for the three bf16-only ones).
+// k5-empty-experts-i128 and k7-skewed-i128 stand in for the three bf16-only ones); k3-h384-half-block gives
+// the fp8 kernel (b_n = 256) a half-full last Linear-2 block in every row.
 const std::vector<CheckCase> kCheckCases = {
     {"k1-skewed", 8, 1, 256, 128, 77, 1.5},   {"k2-balanced", 8, 2, 256, 128, 200, -1},
     {"k3-one-token", 16, 3, 256, 128, 1, 1.0}, {"k4-skewed-i192", 16, 4, 384, 192, 130, 1.2},
@@ -216,6 +221,7 @@ const std::vector<CheckCase> kCheckCases = {
     {"k2-hot-expert", 16, 2, 256, 128, 255, 4.0},
     {"k4-skewed-i256", 16, 4, 512, 256, 130, 1.2}, {"k5-empty-experts-i128", 64, 5, 256, 128, 3, -1},
     {"k7-skewed-i128", 8, 7, 256, 128, 129, 1.2},
+    {"k3-h384-half-block", 16, 3, 384, 128, 150, 1.0},  // fp8 (b_n = 256): each row's last Linear-2 block half full
 };
 
 struct CheckRankResult {

@@ -191,7 +191,12 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
   prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
                                                                   static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
-  prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+  {  // W2 [E_local][h][h_inter], the expert as the third mode
+    using namespace cute;
+    auto w2 = make_tensor(make_gmem_ptr(in.W2.get<E>()), make_shape(int32_t(h), int32_t(I), int32_t(EL)),
+                          make_stride(int64_t(I), _1{}, int64_t(h) * I));
+    prm.tma_b2 = make_tma_copy(SM90_TMA_LOAD{}, w2, take<0, 2>(LayoutB{}), typename C::TileShapeB{}, _1{});
+  }
   if constexpr (C::kFp8) {
     // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
     require_input(in.W1_scales.bytes() > 0 && in.W2_scales.bytes() > 0, "MegaMoE fp8: the inputs carry no weight scales");

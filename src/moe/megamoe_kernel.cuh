@@ -112,6 +112,13 @@ struct MegaMoeConfig {
                                                 cute::take<0, 2>(SmemLayoutA{}), TileShapeA{}, cute::_1{}));
   using TmaLoadB = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
                                                 cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
+  // W2 as [E_local][h][h_inter] with the expert as its own mode: a half-full last n-block (h an odd multiple of
+  // 128 with b_n = 256) reads zeros past the expert's h rows instead of the next expert's weights.
+  using GmemTensorExperts = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                       cute::Shape<int32_t, int32_t, int32_t>{},
+                                                       cute::Stride<int64_t, cute::_1, int64_t>{}));
+  using TmaLoadW2 = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorExperts{},
+                                                 cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
 };
 
 using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t>;
@@ -138,7 +145,8 @@ struct MegaMoeParams {
   const float* w2_scales = nullptr;
   int w1_scale_pitch = 0, w2_scale_pitch = 0;
   typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
-  typename C::TmaLoadB tma_b1, tma_b2;  // W1, W2
+  typename C::TmaLoadB tma_b1;          // W1
+  typename C::TmaLoadW2 tma_b2;         // W2, per expert
 };
 
 template <class C>
@@ -196,7 +204,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   Tensor mA1 = prm.tma_a1.get_tma_tensor(make_shape(int32_t(w.dispatch.capacity_rows), pr.h_hidden));
   Tensor mB1 = prm.tma_b1.get_tma_tensor(make_shape(EL * 2 * pr.h_inter, pr.h_hidden));
   Tensor mA2 = prm.tma_a2.get_tma_tensor(make_shape(w.ring.slots * pr.b_m, pr.h_inter));
-  Tensor mB2 = prm.tma_b2.get_tma_tensor(make_shape(EL * pr.h_hidden, pr.h_inter));
+  Tensor mB2 = prm.tma_b2.get_tma_tensor(make_shape(pr.h_hidden, pr.h_inter, EL));
   auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
 
   auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
@@ -234,7 +242,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
                           l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+      load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block);
     }
   }
   atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
@@ -350,6 +358,8 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     }
     const __nv_bfloat16* staged = smem.staging[slot];
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
+    const int cols = pr.l2_block_cols(t.n_block);  // a half-full last block stores only its first 128 columns
+    const bool piece_exists = piece * 8 < cols;
     unsigned rows_to[kMaxEpRanks] = {};
     // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
 #pragma unroll
@@ -362,8 +372,10 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
         if (pair < 0) continue;
         const int r = 32 * b + r_in;
-        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
-        *at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes) = v;
+        if (piece_exists) {
+          const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
+          *at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes) = v;
+        }
 #pragma unroll
         for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
       }
@@ -380,7 +392,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
       if (lane == 0 && n > 0) {
         red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
-        if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * C::kBlockN * 2;
+        if (q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
       }
     }
     if (lane == 0 && sw == 0) {
@@ -402,16 +414,18 @@ struct Fp8BlockScales {
 };
 
 // Where a tile's fp8 scales live: A's of K block kb for row r0 at a[kb · a_kb_stride] (row r0 + 8 eight
-// floats later), B's of half h at b[h · b_pitch + kb].
+// floats later), B's of half h at b[h · b_pitch + kb]; half 1 does not exist in a half-full last L2 block.
 struct Fp8ScaleSource {
   const float* a;
   std::int64_t a_kb_stride;
   const float* b;
   int b_pitch;
+  bool half1;
   // A's scales were written during this kernel by other SMs: read them from L2, and only after this tile's
   // first stage has arrived (which orders them after the counter the producer acquired).
   __device__ __forceinline__ Fp8BlockScales load(int kb) const {
-    return Fp8BlockScales{__ldcg(a + kb * a_kb_stride), __ldcg(a + kb * a_kb_stride + 8), __ldg(b + kb), __ldg(b + b_pitch + kb)};
+    return Fp8BlockScales{__ldcg(a + kb * a_kb_stride), __ldcg(a + kb * a_kb_stride + 8), __ldg(b + kb),
+                          half1 ? __ldg(b + b_pitch + kb) : 0.0f};
   }
 };
 
@@ -495,11 +509,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
               ? Fp8ScaleSource{at<const float>(prm.local, w.dispatch.scale_offset(static_cast<std::int64_t>(t.row) * pr.b_m + r0, 0)),
                                w.dispatch.capacity_rows,
                                prm.w1_scales + static_cast<std::int64_t>(t.expert * pr.P1_l1_n_blocks() + t.n_block) * 2 * prm.w1_scale_pitch,
-                               prm.w1_scale_pitch}
+                               prm.w1_scale_pitch, true}
               : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, r0, 0)),
                                static_cast<std::int64_t>(w.ring.slots) * pr.b_m,
-                               prm.w2_scales + static_cast<std::int64_t>(t.expert * pr.P2_l2_n_blocks() + t.n_block) * 2 * prm.w2_scale_pitch,
-                               prm.w2_scale_pitch};
+                               prm.w2_scales + (static_cast<std::int64_t>(t.expert) * (pr.h_hidden / kScaleBlock) + 2 * t.n_block) * prm.w2_scale_pitch,
+                               prm.w2_scale_pitch, pr.l2_block_cols(t.n_block) > C::kMmaN};
 #pragma unroll
       for (int v = 0; v < kAcc; ++v) acc(v) = 0.0f;
       Fp8BlockScales next{};
@@ -512,6 +526,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         if (kb + 1 < k_blocks) next = src.load(kb + 1);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          if (h == 1 && !src.half1) {  // a half-full last L2 block: its second half is TMA's zero fill
+            pipeline.consumer_release(state);
+            break;
+          }
           if (h == 1) wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage + 1), tmp);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tmp);

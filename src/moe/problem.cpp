@@ -29,8 +29,9 @@ void validate(const MoeProblem& p) {
                 "MoE: out_bytes (combine element) must be 2 (bf16) or 4 (fp32), got " + s(p.out_bytes));
   const int b_k = p.b_k();
   const std::string tile = " (tile " + s(p.b_m) + "x" + s(p.b_n) + ", b_k = " + s(b_k) + " for this dtype)";
-  require_input(p.h_hidden % p.b_n == 0,
-                "MoE: h = " + s(p.h_hidden) + " must be a multiple of b_n: it is Linear-2's N" + tile);
+  require_input(p.h_hidden % p.l2_n_quantum() == 0,
+                "MoE: h = " + s(p.h_hidden) + " must be a multiple of " + s(p.l2_n_quantum()) +
+                    ": it is Linear-2's N, cut into b_n-wide blocks of which only the last may be half full" + tile);
   require_input(p.h_hidden % b_k == 0,
                 "MoE: h = " + s(p.h_hidden) + " must be a multiple of b_k: it is Linear-1's K" + tile);
   require_input((2 * p.h_inter) % p.b_n == 0,

@@ -6,7 +6,9 @@
 //
 // Tiles are b_m rows × b_n columns with a K step of b_k elements; b_k is one 128-byte TMA/wgmma swizzle
 // row of the element type (64 bf16, 128 fp8), so every GEMM K dimension (h for L1, h_inter for L2) must be
-// a multiple of it, and every N dimension (2·h_inter for L1, h for L2) a multiple of b_n.
+// a multiple of it, and every N dimension (2·h_inter for L1, h for L2) a multiple of b_n — except that with
+// b_n = 256, h may be an odd multiple of 128: the last L2 n-block of a row is then half full (DiT-like
+// h = 1152 keeps 256-wide tiles, which the fp8 kernel needs for Linear-1).
 // The struct is plain data with __host__ __device__ accessors so the kernel receives it by value.
 #pragma once
 
@@ -48,7 +50,14 @@ struct MoeProblem {
   XSTAGE_HD constexpr int elem_bytes() const { return dtype_bytes(dtype); }
   // Scheduler-row widths (Algorithm 1's P1 and P2): N-blocks per row of each GEMM.
   XSTAGE_HD constexpr int P1_l1_n_blocks() const { return 2 * h_inter / b_n; }
-  XSTAGE_HD constexpr int P2_l2_n_blocks() const { return h_hidden / b_n; }
+  // With b_n = 256 and h an odd multiple of 128, the last L2 n-block of each row is half full.
+  XSTAGE_HD constexpr int P2_l2_n_blocks() const { return static_cast<int>(ceil_div(h_hidden, b_n)); }
+  // Columns of L2 n-block n that exist: b_n, except for a half-full last block.
+  XSTAGE_HD constexpr int l2_block_cols(int n_block) const {
+    return h_hidden - n_block * b_n < b_n ? h_hidden - n_block * b_n : b_n;
+  }
+  // What h must be a multiple of: b_n, or 128 for 256-wide tiles (whose last L2 n-block may be half full).
+  XSTAGE_HD constexpr int l2_n_quantum() const { return b_n < 128 ? b_n : 128; }
   // SwiGLU halves each L1 tile: b_n/2 gate and b_n/2 up columns give b_n/2 intermediate columns.
   XSTAGE_HD constexpr int l1_out_cols_per_tile() const { return b_n / 2; }
 };

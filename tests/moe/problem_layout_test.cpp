@@ -41,6 +41,15 @@ TEST(MoeProblem, ValidShapesPass) {
   EXPECT_NO_THROW(validate(fp8));
   EXPECT_EQ(deepseek(8).P1_l1_n_blocks(), 32);
   EXPECT_EQ(deepseek(8).P2_l2_n_blocks(), 56);
+  // b_n = 256 and h an odd multiple of 128 (DiT-like h = 1152): the last L2 n-block is half full.
+  MoeProblem dit = deepseek(8);
+  dit.h_hidden = 1152, dit.h_inter = 4608, dit.b_n = 256;
+  EXPECT_NO_THROW(validate(dit));
+  EXPECT_EQ(dit.P2_l2_n_blocks(), 5);
+  EXPECT_EQ(dit.l2_block_cols(3), 256);
+  EXPECT_EQ(dit.l2_block_cols(4), 128);
+  dit.h_hidden = 1152 + 64;  // not a multiple of 128: a quarter block is not supported
+  expect_input_error(dit, "Linear-2's N");
   EXPECT_EQ(deepseek(8).E_local(), 32);
   EXPECT_EQ(deepseek(8).owner_rank(255), 7);
   EXPECT_EQ(deepseek(8).local_expert(255), 31);

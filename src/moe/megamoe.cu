@@ -93,6 +93,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   grid_ = sms;
+  half_l2_ = pr_.h_hidden % pr_.b_n != 0;  // validate() allows this only as b_n = 256 with h an odd multiple of 128
   D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_));
   wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
   require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
@@ -108,7 +109,9 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&aborted_, sizeof(std::uint32_t)));
 
-  if (pr_.dtype == DType::fp8_e4m3) set_smem_attributes<MegaMoeFp8Config>();
+  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) set_smem_attributes<MegaMoeFp8Config<true>>();
+  else if (pr_.dtype == DType::fp8_e4m3) set_smem_attributes<MegaMoeFp8Config<false>>();
+  else if (pr_.b_n == 256 && half_l2_) set_smem_attributes<MegaMoeConfig<256, cute::bfloat16_t, true>>();
   else if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
   else set_smem_attributes<MegaMoeConfig<128>>();
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
@@ -157,7 +160,9 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   route_kernel<<<pr_.E_experts, kRouteThreads, 0, stream>>>(in.topk_ids.get<std::int32_t>(), in.tokens, pr_.top_k, local, window_.send);
   XSTAGE_CUDA_CHECK_LAUNCH();
 
-  if (pr_.dtype == DType::fp8_e4m3) launch<MegaMoeFp8Config>(in, out, stream, epoch, ctx);
+  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) launch<MegaMoeFp8Config<true>>(in, out, stream, epoch, ctx);
+  else if (pr_.dtype == DType::fp8_e4m3) launch<MegaMoeFp8Config<false>>(in, out, stream, epoch, ctx);
+  else if (pr_.b_n == 256 && half_l2_) launch<MegaMoeConfig<256, cute::bfloat16_t, true>>(in, out, stream, epoch, ctx);
   else if (pr_.b_n == 256) launch<MegaMoeConfig<256>>(in, out, stream, epoch, ctx);
   else launch<MegaMoeConfig<128>>(in, out, stream, epoch, ctx);
 }
@@ -191,11 +196,13 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
   prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
                                                                   static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
-  {  // W2 [E_local][h][h_inter], the expert as the third mode
+  if constexpr (C::kHalfL2) {  // W2 [E_local][h][h_inter], the expert as the third mode (zero fill past h)
     using namespace cute;
     auto w2 = make_tensor(make_gmem_ptr(in.W2.get<E>()), make_shape(int32_t(h), int32_t(I), int32_t(EL)),
                           make_stride(int64_t(I), _1{}, int64_t(h) * I));
     prm.tma_b2 = make_tma_copy(SM90_TMA_LOAD{}, w2, take<0, 2>(LayoutB{}), typename C::TileShapeB{}, _1{});
+  } else {
+    prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
   }
   if constexpr (C::kFp8) {
     // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).

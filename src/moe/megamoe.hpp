@@ -70,6 +70,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   MoeKernelStats last_stats_{};
   std::uint32_t epoch_ = 0;
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1;
+  bool half_l2_ = false;  // each row's last Linear-2 block is half full (MegaMoeConfig::kHalfL2)
   std::int64_t last_peer_bytes_ = 0;
   std::string failure_;  // set by finish() when a device wait failed; the layer refuses further calls
 };

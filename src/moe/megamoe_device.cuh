@@ -71,6 +71,15 @@ __device__ __forceinline__ void red_release_sys_add(std::uint32_t* p, std::uint3
 __device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// A 16-byte store under a predicate, in one instruction: a plain `if` around stores in a fully unrolled loop
+// lets the compiler duplicate the whole loop for a loop-invariant condition (the storers' 128 stores per
+// tile), which doubled their code for the rare half-full Linear-2 block.
+__device__ __forceinline__ void st_global_v4_if(void* p, uint4 v, bool pred) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}" ::"l"(p), "r"(v.x),
+      "r"(v.y), "r"(v.z), "r"(v.w), "r"(static_cast<int>(pred))
+      : "memory");
+}
 // Orders this thread's generic-proxy global writes before later async-proxy (TMA) accesses, and the
 // reader's acquire before its TMA loads: used on both sides of every counter a TMA load waits for.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }

@@ -57,14 +57,21 @@ inline constexpr int kDispatchUnitRows = 16;
 // block's wgmma sum, added to the fp32 accumulator), which needs a second accumulator; a 64 × 256 one per
 // warpgroup would not fit beside the first, so the consumers run the tile as two 64 × 128 wgmma halves into
 // one temporary of 64 registers (kMmaN = 128).
-template <int kBlockN_, class Element_ = cute::bfloat16_t>
+//
+// kHalfL2: h is an odd multiple of 128 with b_n = 256, so each row's last Linear-2 block is half full (W2 read
+// per expert with TMA's zero fill past h, the storers and the fp8 consumers skip the missing half). A separate
+// instantiation, so the common case keeps the simpler code: measured, the general one made the fp8 kernel
+// 5–8% slower on the DeepSeek-V3-like shape (results/h200x2/moe/run22-half-block-cost).
+template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false>
 struct MegaMoeConfig {
   using Element = Element_;
+  static constexpr bool kHalfL2 = kHalfL2_;
   static constexpr bool kFp8 = std::is_same_v<Element, cute::float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<Element, cute::bfloat16_t>, "bf16 or fp8 e4m3");
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 128 / int(sizeof(Element));
   static_assert(kBlockN == 128 || kBlockN == 256, "b_n is 128 or 256");
   static_assert(!kFp8 || kBlockN == 256, "fp8: L1 tiles of 256 columns own whole 128-column activation scale blocks");
+  static_assert(!kHalfL2 || kBlockN == 256, "a half-full Linear-2 block is half of a 256-wide tile");
   static constexpr int kMmaN = kFp8 ? 128 : kBlockN;  // columns of one wgmma instruction
   static constexpr int kStages = kBlockN == 128 ? 4 : 3;
   static constexpr int kStagingSlots = kBlockN == 128 ? 2 : 1;
@@ -117,11 +124,14 @@ struct MegaMoeConfig {
   using GmemTensorExperts = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                        cute::Shape<int32_t, int32_t, int32_t>{},
                                                        cute::Stride<int64_t, cute::_1, int64_t>{}));
-  using TmaLoadW2 = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorExperts{},
-                                                 cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
+  using TmaLoadW2 = std::conditional_t<kHalfL2,
+                                       decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorExperts{},
+                                                                    cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{})),
+                                       TmaLoadB>;  // else W2 as one [E_local·h][h_inter] matrix, like W1
 };
 
-using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t>;
+template <bool kHalfL2>
+using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2>;
 
 template <class C>
 struct MegaMoeParams {
@@ -146,7 +156,7 @@ struct MegaMoeParams {
   int w1_scale_pitch = 0, w2_scale_pitch = 0;
   typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
   typename C::TmaLoadB tma_b1;          // W1
-  typename C::TmaLoadW2 tma_b2;         // W2, per expert
+  typename C::TmaLoadW2 tma_b2;         // W2 (per expert with kHalfL2)
 };
 
 template <class C>
@@ -204,7 +214,10 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   Tensor mA1 = prm.tma_a1.get_tma_tensor(make_shape(int32_t(w.dispatch.capacity_rows), pr.h_hidden));
   Tensor mB1 = prm.tma_b1.get_tma_tensor(make_shape(EL * 2 * pr.h_inter, pr.h_hidden));
   Tensor mA2 = prm.tma_a2.get_tma_tensor(make_shape(w.ring.slots * pr.b_m, pr.h_inter));
-  Tensor mB2 = prm.tma_b2.get_tma_tensor(make_shape(pr.h_hidden, pr.h_inter, EL));
+  auto mB2 = [&] {
+    if constexpr (C::kHalfL2) return prm.tma_b2.get_tma_tensor(make_shape(pr.h_hidden, pr.h_inter, EL));
+    else return prm.tma_b2.get_tma_tensor(make_shape(EL * pr.h_hidden, pr.h_inter));
+  }();
   auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
 
   auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
@@ -242,7 +255,8 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
                           l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block);
+      if constexpr (C::kHalfL2) load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block);
+      else load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
     }
   }
   atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
@@ -358,7 +372,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     }
     const __nv_bfloat16* staged = smem.staging[slot];
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
-    const int cols = pr.l2_block_cols(t.n_block);  // a half-full last block stores only its first 128 columns
+    const int cols = C::kHalfL2 ? pr.l2_block_cols(t.n_block) : C::kBlockN;  // a half-full block: its first 128
     const bool piece_exists = piece * 8 < cols;
     unsigned rows_to[kMaxEpRanks] = {};
     // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
@@ -372,10 +386,10 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
         if (pair < 0) continue;
         const int r = 32 * b + r_in;
-        if (piece_exists) {
-          const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
-          *at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes) = v;
-        }
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
+        uint4* to = at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes);
+        if constexpr (C::kHalfL2) st_global_v4_if(to, v, piece_exists);
+        else *to = v;
 #pragma unroll
         for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
       }
@@ -423,9 +437,10 @@ struct Fp8ScaleSource {
   bool half1;
   // A's scales were written during this kernel by other SMs: read them from L2, and only after this tile's
   // first stage has arrived (which orders them after the counter the producer acquired).
-  __device__ __forceinline__ Fp8BlockScales load(int kb) const {
+  // `with_half1`: half1, or a compile-time true where no block is half full.
+  __device__ __forceinline__ Fp8BlockScales load(int kb, bool with_half1) const {
     return Fp8BlockScales{__ldcg(a + kb * a_kb_stride), __ldcg(a + kb * a_kb_stride + 8), __ldg(b + kb),
-                          half1 ? __ldg(b + b_pitch + kb) : 0.0f};
+                          with_half1 ? __ldg(b + b_pitch + kb) : 0.0f};
   }
 };
 
@@ -513,31 +528,36 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
               : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, r0, 0)),
                                static_cast<std::int64_t>(w.ring.slots) * pr.b_m,
                                prm.w2_scales + (static_cast<std::int64_t>(t.expert) * (pr.h_hidden / kScaleBlock) + 2 * t.n_block) * prm.w2_scale_pitch,
-                               prm.w2_scale_pitch, pr.l2_block_cols(t.n_block) > C::kMmaN};
+                               prm.w2_scale_pitch, !C::kHalfL2 || pr.l2_block_cols(t.n_block) > C::kMmaN};
 #pragma unroll
       for (int v = 0; v < kAcc; ++v) acc(v) = 0.0f;
+      const bool half1 = !C::kHalfL2 || src.half1;
       Fp8BlockScales next{};
+      // acc[half] += tmp · fp32(scale_a(row) · b), the half a compile-time constant (a runtime one would turn
+      // the accumulator's register indices into selects).
+      auto promote = [&](auto half, const Fp8BlockScales& sc, float b) {
+        constexpr int base = decltype(half)::value * (kAcc / 2);
+        const float p0 = sc.a0 * b, p1 = sc.a1 * b;
+#pragma unroll
+        for (int v = 0; v < kAcc / 2; ++v) acc(base + v) = fmaf(tmp(v), (v & 2) ? p1 : p0, acc(base + v));
+      };
       for (int kb = 0; kb < k_blocks; ++kb) {
         pipeline.consumer_wait(state);
         const int stage = state.index();
         auto a_stage = tCrA(_, _, _, stage);
         wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage), tmp);
-        const Fp8BlockScales sc = kb == 0 ? src.load(0) : next;
-        if (kb + 1 < k_blocks) next = src.load(kb + 1);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (h == 1 && !src.half1) {  // a half-full last L2 block: its second half is TMA's zero fill
-            pipeline.consumer_release(state);
-            break;
-          }
-          if (h == 1) wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage + 1), tmp);
+        const Fp8BlockScales sc = kb == 0 ? src.load(0, half1) : next;
+        if (kb + 1 < k_blocks) next = src.load(kb + 1, half1);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tmp);
+        if (!half1) pipeline.consumer_release(state);  // a half-full last L2 block: half 1 is TMA's zero fill
+        promote(Int<0>{}, sc, sc.b0);
+        if (half1) {
+          wgmma_batch<true, -1, false>(mma, a_stage, tCrB(_, _, _, 2 * stage + 1), tmp);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tmp);
-          if (h == 1) pipeline.consumer_release(state);
-          const float b = h == 0 ? sc.b0 : sc.b1;
-          const float p0 = sc.a0 * b, p1 = sc.a1 * b;
-#pragma unroll
-          for (int v = 0; v < kAcc / 2; ++v) acc(h * (kAcc / 2) + v) = fmaf(tmp(v), (v & 2) ? p1 : p0, acc(h * (kAcc / 2) + v));
+          pipeline.consumer_release(state);
+          promote(Int<1>{}, sc, sc.b1);
         }
         ++state;
       }

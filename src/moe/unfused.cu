@@ -288,10 +288,10 @@ void UnfusedMoeLayer::fp8_gemm(const std::uint8_t* W, const float* W_scales, int
       XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
       XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-      fp8_gemms_.erase(it);
       cublasLtMatrixLayoutDestroy(g.a);
       cublasLtMatrixLayoutDestroy(g.b);
       cublasLtMatrixLayoutDestroy(g.d);
+      fp8_gemms_.erase(it);  // last: g refers into the erased entry
       throw Error("unfused fp8 layer: cuBLASLt offers no block-scaled fp8 GEMM for [" + std::to_string(N) + " x " +
                   std::to_string(K) + "] x [" + std::to_string(n_out) + " x " + std::to_string(K) +
                   "]^T (A scales BLK128x128_32F, B scales VEC128_32F, TN, bf16 out): heuristic status " +

@@ -26,6 +26,15 @@ TEST(MoeCli, BadArgumentsFailBeforeAnyGpuWork) {
   expect_input_error("moe bench --config /nonexistent/grid.json", "/nonexistent/grid.json");
 }
 
+// Every implementation name the help lists is accepted (only the missing GPU stops the command).
+TEST(MoeCli, EveryImplementationNameIsAccepted) {
+  const CliRun r = xstage("moe check --cases k2-balanced --impl unfused-loop,unfused-grouped,megamoe-wave,"
+                          "megamoe-wave-pipelined,megamoe-interleaved");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_CONTAINS(r.err, "no CUDA GPU found");
+  expect_input_error("moe check --impl megamoe-pipelined", "--impl: unknown implementation 'megamoe-pipelined'");
+}
+
 TEST(MoeCli, DtypesAreBf16OrFp8) {
   expect_input_error("moe check --dtype nope", "--dtype: unknown dtype 'nope' (choose from bf16, fp8)");
   expect_input_error("moe bench --dtype fp16,bf16", "--dtype: unknown dtype 'fp16'");

@@ -28,6 +28,10 @@ timed "moe gpu tests" -- "$XSTAGE_TEST_DIR/xstage_moe_gpu_tests" || failures=$((
 step "xstage moe check (all cases, every implementation)"
 timed "check" -- "$X" moe check --gpus "$GPUS" --out "$OUT/work/check.json" || failures=$((failures+1))
 
+step "the fused kernel with one CTA per tile (--cluster 1; the check above runs CTA pairs wherever the tiles pair up)"
+timed "check one CTA per tile" -- "$X" moe check --gpus "$GPUS" --cluster 1 \
+  --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved || failures=$((failures+1))
+
 step "the bf16 kernel with 128x256 tiles on h = 384 (each row's last Linear-2 block half full)"
 timed "check half block" -- "$X" moe check --gpus "$GPUS" --cases h384 --dtype bf16 --tile-n 256 \
   --impl megamoe-wave,megamoe-interleaved || failures=$((failures+1))

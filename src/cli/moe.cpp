@@ -62,6 +62,7 @@ struct MoeArgs {
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
   int tile_n = 0;            // 0 = auto (256 where the shape allows it)
+  int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = pairs where the tiles pair up)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
   std::string filter;  // bench: comma-separated substrings of config names
@@ -128,6 +129,7 @@ std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe:
   opt.D_rows = args.D_rows;
   opt.wave_experts = args.wave_experts;
   opt.timeout_s = args.device_timeout_s;
+  opt.cluster_n = args.cluster_n;
   return std::make_unique<moe::FusedMoeLayer>(pr, rt, opt);
 }
 
@@ -636,6 +638,10 @@ void add_moe_command(CLI::App& app) {
     cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
     cmd->add_option("--tile-n", args->tile_n, "tile width b_n, 128 or 256 (default: 256 where h and 2·h_inter allow it)")
         ->check(CLI::IsMember({128, 256}));
+    cmd->add_option("--cluster", args->cluster_n,
+                    "fused kernel: 1 = one CTA per tile, 2 = CTA pairs (2x1 clusters sharing each A k-block by TMA\n"
+                    "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs wherever they fit")
+        ->check(CLI::IsMember({1, 2}));
     cmd->add_option("--dtype", args->dtypes,
                     "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"
                     "scales; tokens quantized inside the forward). Default: both");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
@@ -51,13 +52,14 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t
   if (threadIdx.x == 0) *reinterpret_cast<int*>(local + send.count_offset(e)) = base;
 }
 
-template <class Element, class Tma, class SmemLayout, class TileShape>
+// A TMA copy of a row-major [rows][K] operand, split over `Multicast` CTAs (each loads its share of the box).
+template <class Element, class Tma, class SmemLayout, class TileShape, class Op = cute::SM90_TMA_LOAD, int Multicast = 1>
 Tma make_tma(const void* base, std::int64_t rows, int K) {
   using namespace cute;
   auto tensor = make_tensor(make_gmem_ptr(static_cast<Element const*>(base)),
                             make_shape(static_cast<int32_t>(rows), static_cast<int32_t>(K)),
                             make_stride(static_cast<int64_t>(K), _1{}));
-  return make_tma_copy(SM90_TMA_LOAD{}, tensor, take<0, 2>(SmemLayout{}), TileShape{}, _1{});
+  return make_tma_copy(Op{}, tensor, take<0, 2>(SmemLayout{}), TileShape{}, Int<Multicast>{});
 }
 
 template <class C>
@@ -68,6 +70,18 @@ void set_smem_attributes() {
 }
 
 }  // namespace
+
+template <class F>
+void FusedMoeLayer::with_config(F&& f) const {
+  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) f(std::type_identity<MegaMoeFp8Config<true>>{});
+  else if (pr_.dtype == DType::fp8_e4m3 && cluster_n_ == 2) f(std::type_identity<MegaMoeFp8Config<false, 2>>{});
+  else if (pr_.dtype == DType::fp8_e4m3) f(std::type_identity<MegaMoeFp8Config<false>>{});
+  else if (pr_.b_n == 256 && half_l2_) f(std::type_identity<MegaMoeConfig<256, cute::bfloat16_t, true>>{});
+  else if (pr_.b_n == 256 && cluster_n_ == 2) f(std::type_identity<MegaMoeConfig<256, cute::bfloat16_t, false, 2>>{});
+  else if (pr_.b_n == 256) f(std::type_identity<MegaMoeConfig<256>>{});
+  else if (cluster_n_ == 2) f(std::type_identity<MegaMoeConfig<128, cute::bfloat16_t, false, 2>>{});
+  else f(std::type_identity<MegaMoeConfig<128>>{});
+}
 
 const char* to_string(MoeScheduleKind kind) { return kind == MoeScheduleKind::expert_wave ? "expert-wave" : "interleaved"; }
 
@@ -94,6 +108,15 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   grid_ = sms;
   half_l2_ = pr_.h_hidden % pr_.b_n != 0;  // validate() allows this only as b_n = 256 with h an odd multiple of 128
+  {
+    const bool pairs = !half_l2_ && grid_ % 2 == 0 && pr_.P1_l1_n_blocks() % 2 == 0 && pr_.P2_l2_n_blocks() % 2 == 0;
+    require_input(opt_.cluster_n >= 0 && opt_.cluster_n <= 2, "MegaMoE: --cluster is 1 or 2 CTAs (or 0: automatic), got " + std::to_string(opt_.cluster_n));
+    require_input(opt_.cluster_n != 2 || pairs,
+                  "MegaMoE: CTA pairs need an even number of Linear-1 and Linear-2 n-blocks (P1 = " + std::to_string(pr_.P1_l1_n_blocks()) +
+                      ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) + (half_l2_ ? ", a half-full last block" : "") + ") and SMs (" +
+                      std::to_string(grid_) + ")");
+    cluster_n_ = opt_.cluster_n > 0 ? opt_.cluster_n : (pairs ? 2 : 1);
+  }
   D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_));
   wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
   require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
@@ -109,11 +132,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaMalloc(&stats_, sizeof(MoeKernelStats)));
   XSTAGE_CUDA_CHECK(cudaMalloc(&aborted_, sizeof(std::uint32_t)));
 
-  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) set_smem_attributes<MegaMoeFp8Config<true>>();
-  else if (pr_.dtype == DType::fp8_e4m3) set_smem_attributes<MegaMoeFp8Config<false>>();
-  else if (pr_.b_n == 256 && half_l2_) set_smem_attributes<MegaMoeConfig<256, cute::bfloat16_t, true>>();
-  else if (pr_.b_n == 256) set_smem_attributes<MegaMoeConfig<256>>();
-  else set_smem_attributes<MegaMoeConfig<128>>();
+  with_config([](auto config) { set_smem_attributes<typename decltype(config)::type>(); });
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(rt_.stream()));
   rt_.barrier();  // every window is zeroed (epochs included) before any rank's first call
 }
@@ -129,7 +148,7 @@ std::string FusedMoeLayer::name() const {
          (opt_.schedule == MoeScheduleKind::interleaved
               ? " D=" + std::to_string(D_rows_)
               : " W=" + std::to_string(wave_experts_) + (opt_.wave_lag > 0 ? " lag=" + std::to_string(opt_.wave_lag) : "")) +
-         " 128x" + std::to_string(pr_.b_n);
+         " 128x" + std::to_string(pr_.b_n) + (cluster_n_ > 1 ? " pairs" : "");
 }
 
 void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
@@ -160,11 +179,7 @@ void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_
   route_kernel<<<pr_.E_experts, kRouteThreads, 0, stream>>>(in.topk_ids.get<std::int32_t>(), in.tokens, pr_.top_k, local, window_.send);
   XSTAGE_CUDA_CHECK_LAUNCH();
 
-  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) launch<MegaMoeFp8Config<true>>(in, out, stream, epoch, ctx);
-  else if (pr_.dtype == DType::fp8_e4m3) launch<MegaMoeFp8Config<false>>(in, out, stream, epoch, ctx);
-  else if (pr_.b_n == 256 && half_l2_) launch<MegaMoeConfig<256, cute::bfloat16_t, true>>(in, out, stream, epoch, ctx);
-  else if (pr_.b_n == 256) launch<MegaMoeConfig<256>>(in, out, stream, epoch, ctx);
-  else launch<MegaMoeConfig<128>>(in, out, stream, epoch, ctx);
+  with_config([&](auto config) { launch<typename decltype(config)::type>(in, out, stream, epoch, ctx); });
 }
 
 template <class C>
@@ -192,9 +207,11 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   using LayoutA = typename C::SmemLayoutA;
   using LayoutB = typename C::SmemLayoutB;
   using E = typename C::Element;
-  prm.tma_a1 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
+  using OpA = typename C::TmaOpA;
+  constexpr int kMc = C::kClusterN;
+  prm.tma_a1 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA, OpA, kMc>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
   prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
-  prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
+  prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA, OpA, kMc>(local + window_.ring.region.offset_bytes,
                                                                   static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
   if constexpr (C::kHalfL2) {  // W2 [E_local][h][h_inter], the expert as the third mode (zero fill past h)
     using namespace cute;
@@ -214,14 +231,28 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   }
 
   // Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the
-  // launch fails with a clear error instead of hanging if they cannot be.
+  // launch fails with a clear error instead of hanging if they cannot be. CTA pairs as 2 × 1 × 1 clusters.
   void* args[] = {&prm};
   const void* kernel = opt_.schedule == MoeScheduleKind::interleaved
                            ? reinterpret_cast<const void*>(&megamoe_kernel<InterleavedSchedule, C>)
                            : reinterpret_cast<const void*>(&megamoe_kernel<ExpertWaveSchedule, C>);
-  XSTAGE_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(grid_), dim3(C::kThreads), args,
-                                                sizeof(MegaMoeSharedStorage<C>), stream));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid_);
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = sizeof(MegaMoeSharedStorage<C>);
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = C::kClusterN;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = 1;
+  config.attrs = attrs;
+  config.numAttrs = C::kClusterN > 1 ? 2 : 1;
+  XSTAGE_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 }
+
 
 void FusedMoeLayer::finish(cudaStream_t stream) {
   const cudaError_t err = cudaStreamSynchronize(stream);

@@ -82,6 +82,15 @@ __device__ __forceinline__ void st_global_v4_if(void* p, uint4 v, bool pred) {
 }
 // Orders this thread's generic-proxy global writes before later async-proxy (TMA) accesses, and the
 // reader's acquire before its TMA loads: used on both sides of every counter a TMA load waits for.
+// A 32-bit value in the shared memory of CTA `rank` of this cluster (distributed shared memory).
+__device__ __forceinline__ int ld_shared_cluster(const int* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote = 0;
+  int v = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+  return v;
+}
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 // Records a failure (the first one wins) and raises the kernel's abort flag.

@@ -62,10 +62,21 @@ inline constexpr int kDispatchUnitRows = 16;
 // per expert with TMA's zero fill past h, the storers and the fp8 consumers skip the missing half). A separate
 // instantiation, so the common case keeps the simpler code: measured, the general one made the fp8 kernel
 // 5–8% slower on the DeepSeek-V3-like shape (results/h200x2/moe/run22-half-block-cost).
-template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false>
+//
+// kClusterN = 2: CTA pairs (scheduler.hpp's ClusterTiling) as a 1 × 2 thread-block cluster. Both CTAs run the
+// same rows with adjacent n-blocks, so each loads half of every A k-block (64 rows) and multicasts it to
+// both: the A bytes each SM reads from L2 halve (48 → 40 KB per bf16 k-block at b_n = 256). The stage's
+// empty barrier counts both CTAs' consumers (CUTLASS's PipelineTmaAsync with a cluster shape), because
+// either CTA's TMA writes into both shared memories.
+template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false, int kClusterN_ = 1>
 struct MegaMoeConfig {
   using Element = Element_;
   static constexpr bool kHalfL2 = kHalfL2_;
+  static constexpr int kClusterN = kClusterN_;
+  static_assert(kClusterN == 1 || kClusterN == 2, "CTA pairs at most");
+  static_assert(kClusterN == 1 || !kHalfL2, "a half-full Linear-2 block has no partner n-block");
+  using ClusterShape = cute::Shape<cute::Int<kClusterN>, cute::_1, cute::_1>;
+  static constexpr std::uint16_t kMulticastMask = (1u << kClusterN) - 1u;  // every CTA of the cluster
   static constexpr bool kFp8 = std::is_same_v<Element, cute::float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<Element, cute::bfloat16_t>, "bf16 or fp8 e4m3");
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 128 / int(sizeof(Element));
@@ -112,11 +123,13 @@ struct MegaMoeConfig {
   using TiledMmaTile = TiledMmaN<kBlockN>; // the whole tile's accumulator layout (the epilogues)
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   static constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * int(sizeof(Element));  // A + B
-  // Every GEMM operand is a row-major [rows][K] matrix: one TMA copy type per box shape.
+  // Every GEMM operand is a row-major [rows][K] matrix: one TMA copy type per box shape. A is split over
+  // the cluster's CTAs (each loads kBlockM / kClusterN rows and multicasts them).
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
-  using TmaLoadA = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                                cute::take<0, 2>(SmemLayoutA{}), TileShapeA{}, cute::_1{}));
+  using TmaOpA = std::conditional_t<kClusterN == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
+  using TmaLoadA = decltype(cute::make_tma_copy(TmaOpA{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutA{}), TileShapeA{},
+                                                cute::Int<kClusterN>{}));
   using TmaLoadB = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
                                                 cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
   // W2 as [E_local][h][h_inter] with the expert as its own mode: a half-full last n-block (h an odd multiple of
@@ -130,8 +143,8 @@ struct MegaMoeConfig {
                                        TmaLoadB>;  // else W2 as one [E_local·h][h_inter] matrix, like W1
 };
 
-template <bool kHalfL2>
-using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2>;
+template <bool kHalfL2, int kClusterN = 1>
+using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN>;
 
 template <class C>
 struct MegaMoeParams {
@@ -172,31 +185,35 @@ struct MegaMoeSharedStorage {
   int routing_ok;                           // every source published this call, and its rows fit
 };
 
-template <class Schedule, class Params>
-__device__ __forceinline__ Schedule make_device_schedule(const Params& prm, const int* first_row) {
-  const TileStreams streams{SchedulerRows{first_row, prm.pr.E_local()}, prm.pr.P1_l1_n_blocks(), prm.pr.P2_l2_n_blocks()};
+// The schedule over this launch's instances: one per cluster, on pair tiles when the cluster is a CTA pair.
+template <class Schedule, class C>
+__device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams<C>& prm, const int* first_row) {
+  const TileStreams streams = ClusterTiling{C::kClusterN}.pair_streams(
+      TileStreams{SchedulerRows{first_row, prm.pr.E_local()}, prm.pr.P1_l1_n_blocks(), prm.pr.P2_l2_n_blocks()});
+  const int instances = static_cast<int>(gridDim.x) / C::kClusterN;
   if constexpr (std::is_same_v<Schedule, InterleavedSchedule>) {
-    return InterleavedSchedule{streams, prm.D_rows, static_cast<int>(gridDim.x)};
+    return InterleavedSchedule{streams, prm.D_rows, instances};
   } else {
-    return ExpertWaveSchedule{streams, prm.wave_experts, static_cast<int>(gridDim.x), prm.wave_lag};
+    return ExpertWaveSchedule{streams, prm.wave_experts, instances, prm.wave_lag};
   }
 }
 
 template <class T>
 __device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reinterpret_cast<T*>(base + offset); }
 
-// This CTA's tiles in schedule order: `for (TileWalk<Schedule> walk(sched); walk.next();) use(walk.tile);`.
-// The producer, the storers and the consumers each walk the same sequence, with no shared state.
-template <class Schedule>
+// This CTA's tiles in schedule order: `for (TileWalk<Schedule, C> walk(sched); walk.next();) use(walk.tile);`.
+// The producer, the storers and the consumers each walk the same sequence, with no shared state; the
+// instance is the cluster, and this CTA takes its n-block of each pair tile.
+template <class Schedule, class C>
 struct TileWalk {
   const Schedule& sched;
   typename Schedule::State state;
   Tile tile;
-  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x))) {}
+  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x) / C::kClusterN)) {}
   __device__ bool next() {
     const auto step = sched.next(state);
     state = step.next;
-    tile = step.tile;
+    tile = ClusterTiling{C::kClusterN}.cta_tile(step.tile, static_cast<int>(blockIdx.x) % C::kClusterN);
     return tile.valid();
   }
 };
@@ -223,13 +240,16 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
     Tensor gA = local_tile(mA, typename C::TileShapeA{}, make_coord(a_block, _));  // (128, 64, k-blocks)
     Tensor gB = local_tile(mB, typename C::TileShapeB{}, make_coord(b_block, _));  // (b_n, 64, k-blocks)
-    auto [tAgA, tAsA] = tma_partition(tma_a, _0{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+    // With a CTA pair, this CTA loads its half of A's rows and the TMA multicasts them into both CTAs.
+    auto [tAgA, tAsA] = tma_partition(tma_a, static_cast<int>(blockIdx.x) % C::kClusterN, Layout<Int<C::kClusterN>>{},
+                                      group_modes<0, 2>(sA), group_modes<0, 2>(gA));
     auto [tBgB, tBsB] = tma_partition(tma_b, _0{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
     const int k_blocks = size<2>(gA);
     for (int kb = 0; kb < k_blocks; ++kb) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
-      copy(tma_a.with(*bar, 0), tAgA(_, kb), tAsA(_, state.index()));
+      const std::uint16_t mask = C::kMulticastMask;  // with() binds a reference
+      copy(tma_a.with(*bar, mask), tAgA(_, kb), tAsA(_, state.index()));
       copy(tma_b.with(*bar, 0), tBgB(_, kb), tBsB(_, state.index()));
       ++state;
     }
@@ -237,7 +257,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   unsigned long long wait_cycles = 0;
-  for (TileWalk<Schedule> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;
     const int slot = w.ring.slot(t.row);
     const long long t0 = clock64();
@@ -348,7 +368,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
-  for (TileWalk<Schedule> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
@@ -490,7 +510,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
   long long first_start = -1, last_end = 0;
   unsigned long long staging_wait = 0;
-  for (TileWalk<Schedule> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
     if (first_start < 0) {
@@ -635,18 +655,34 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   }
 }
 
-// out[t] = Σ_j w[t][j] · combine[t][j] (fp32), tokens t = g, g + Gs, ... .
+// out[t] = Σ_j w[t][j] · combine[t][j] (fp32, j in order). One 16-byte column chunk of one token per thread,
+// the grid's threads striding over all (token, chunk) pairs, so every thread has work and neighbouring
+// threads read neighbouring bytes; up to 8 of the token's k rows are loaded before any is summed (a bandwidth
+// pass over T·k·h·2 bytes: it needs many loads in flight).
 template <class C>
 __device__ void reduce_role(const MegaMoeParams<C>& prm) {
+  constexpr int kRowsInFlight = 8;
   const MoeProblem& pr = prm.pr;
   const int k = pr.top_k, chunks = pr.h_hidden / 8;
-  for (int t = blockIdx.x; t < prm.tokens; t += gridDim.x) {
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-      float sum[8] = {};
-      for (int j = 0; j < k; ++j)
-        accumulate_bf16x8(sum, prm.topk_weights[t * k + j], __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j)) + c));
-      reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
+  const std::int64_t items = static_cast<std::int64_t>(prm.tokens) * chunks;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += stride) {
+    const int t = static_cast<int>(i / chunks), c = static_cast<int>(i % chunks);
+    float sum[8] = {};
+    for (int j0 = 0; j0 < k; j0 += kRowsInFlight) {
+      uint4 v[kRowsInFlight];
+      float wt[kRowsInFlight];
+#pragma unroll
+      for (int j = 0; j < kRowsInFlight; ++j)
+        if (j0 + j < k) {
+          v[j] = __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j0 + j)) + c);
+          wt[j] = prm.topk_weights[static_cast<std::int64_t>(t) * k + j0 + j];
+        }
+#pragma unroll
+      for (int j = 0; j < kRowsInFlight; ++j)
+        if (j0 + j < k) accumulate_bf16x8(sum, wt[j], v[j]);
     }
+    reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
   }
 }
 
@@ -709,9 +745,21 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   pipeline_params.role = threadIdx.x < 128 ? C::Pipeline::ThreadCategory::Producer : C::Pipeline::ThreadCategory::Consumer;
   pipeline_params.is_leader = threadIdx.x == 0;
   pipeline_params.num_consumers = C::kConsumerThreads;
-  typename C::Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  typename C::Pipeline pipeline(smem.pipeline, pipeline_params, typename C::ClusterShape{});
   cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  if constexpr (C::kClusterN > 1) {
+    // A CTA pair arrives on, and multicasts into, the other CTA's barriers: both must be initialised first.
+    // And both must run the same tiles, or one waits forever for the other's half of A: if either CTA lost
+    // the routing (a peer's send_ready wait timed out in one CTA but not the other), neither runs any.
+    cute::cluster_sync();
+    if (threadIdx.x == 0 && smem.routing_ok && !ld_shared_cluster(&smem.routing_ok, cute::block_rank_in_cluster() ^ 1u)) {
+      smem.routing_ok = 0;
+      for (int e = 0; e <= EL; ++e) smem.first_row[e] = 0;
+    }
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
 
   // 3. Roles.
   const int warp = threadIdx.x / 32;
@@ -728,7 +776,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();
     consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
   }
-  __syncthreads();
+  // The partner CTA's consumers may still be arriving on this CTA's empty barriers: neither leaves the
+  // cluster's shared memory before both are done with it.
+  if constexpr (C::kClusterN > 1) cute::cluster_sync();
+  else __syncthreads();
 
   // 4. Every owner has stored every row of this rank's tokens: the top-k reduction.
   const long long tail_start = clock64();

@@ -9,9 +9,11 @@
 // per-slot l1_done counter (layout.hpp) reaching P1·(generation + 1). Both schedules only reorder tiles;
 // the counters keep every dependency.
 //
-// One persistent instance (CTA) runs one tile at a time. The paper pairs two CTAs per tile
-// (n = 2·(k mod P_i) + r) for Blackwell's 2-CTA MMA; Hopper has no 2-SM MMA, so here one CTA owns a
-// whole b_m × b_n tile and the instance id g is the CTA index; Gs is the grid size.
+// One persistent instance runs one tile at a time. The paper pairs two CTAs per tile
+// (n = 2·(k mod P_i) + r) for Blackwell's 2-CTA MMA. Hopper has no 2-SM MMA, but a thread-block cluster of
+// two CTAs can share each A k-block by TMA multicast: with ClusterTiling (below) an instance is a cluster,
+// the schedule runs on pair tiles of 2·b_n columns, and CTA r of the cluster owns n-block 2·n' + r. Without
+// clusters (c = 1) an instance is one CTA owning a whole b_m × b_n tile; Gs is the number of instances.
 //
 // Both schedules are stateless objects: `start(g)` gives instance g's first state, `next(state)` the
 // tile to run and the state after it (Stage::none when the instance is done). The producer warp, the
@@ -65,6 +67,26 @@ struct TileStreams {
   }
   XSTAGE_HD Tile l1_tile(int k1) const { return make(Stage::L1, k1 / P1, k1 % P1); }
   XSTAGE_HD Tile l2_tile(int k2) const { return make(Stage::L2, k2 / P2, k2 % P2); }
+};
+
+// Clusters of c CTAs along N (the paper's CTA pairs, n = c·n' + r). The schedules run unchanged on the pair
+// streams (P1/c and P2/c pair tiles per row, one instance per cluster), and CTA r of a cluster runs n-block
+// c·n' + r of each pair tile n' its cluster gets: the c CTAs run the same rows with the same A k-blocks at
+// the same time, which is what lets one TMA load feed all of them. Counters stay per CTA tile (l1_done
+// still counts P1 tiles per row), so no dependency changes.
+struct ClusterTiling {
+  int c = 1;  // CTAs per cluster
+
+  XSTAGE_HD constexpr bool divides(const TileStreams& s) const { return c >= 1 && s.P1 % c == 0 && s.P2 % c == 0; }
+  XSTAGE_HD constexpr TileStreams pair_streams(TileStreams s) const {
+    s.P1 /= c;
+    s.P2 /= c;
+    return s;
+  }
+  XSTAGE_HD constexpr Tile cta_tile(Tile t, int r) const {
+    if (t.valid()) t.n_block = c * t.n_block + r;
+    return t;
+  }
 };
 
 template <class State>

@@ -105,6 +105,52 @@ TEST(MoeScheduler, EveryTileExactlyOnceOverRandomProblems) {
   }
 }
 
+// CTA pairs (ClusterTiling, c = 2): the schedule on pair tiles, CTA r of each cluster taking n = 2·n' + r.
+// Every CTA tile exactly once over all clusters and both CTAs, and the two CTAs of a cluster run the same
+// rows and stages in the same order (they share each A k-block, so they must).
+template <class Schedule>
+void expect_pairs_cover_every_tile(Schedule s, const std::string& what) {
+  const ClusterTiling cl{2};
+  ASSERT_TRUE(cl.divides(s.streams)) << what;
+  const TileStreams cta_streams = s.streams;
+  s.streams = cl.pair_streams(s.streams);
+  std::map<std::tuple<int, int, int>, int> seen;
+  for (int g = 0; g < s.Gs; ++g) {
+    const std::vector<Tile> pair_tiles = instance_sequence(s, g);
+    for (const Tile& pt : pair_tiles) {
+      const Tile t0 = cl.cta_tile(pt, 0), t1 = cl.cta_tile(pt, 1);
+      EXPECT_EQ(t0.row, t1.row) << what;
+      EXPECT_EQ(t0.stage, t1.stage) << what;
+      EXPECT_EQ(t1.n_block, t0.n_block + 1) << what;
+      for (const Tile& t : {t0, t1}) {
+        EXPECT_LT(t.n_block, t.stage == Stage::L1 ? cta_streams.P1 : cta_streams.P2) << what;
+        ++seen[{static_cast<int>(t.stage), t.row, t.n_block}];
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), cta_streams.rows.num_rows() * (cta_streams.P1 + cta_streams.P2)) << what;
+  for (const auto& [key, n] : seen) EXPECT_EQ(n, 1) << what << " CTA tile emitted " << n << " times";
+}
+
+TEST(MoeScheduler, ClusterPairsCoverEveryTileOnceInLockstep) {
+  std::mt19937_64 rng(20261130);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int E_local = 1 + static_cast<int>(rng() % 9);
+    const int P1 = 2 * (1 + static_cast<int>(rng() % 4)), P2 = 2 * (1 + static_cast<int>(rng() % 4));
+    const MoeProblem pr = problem_with(E_local, P1, P2);
+    const std::vector<int> O = first_rows_from_counts(random_expert_rows(rng, E_local, pr.b_m, 4), pr.b_m);
+    const int Gs = std::vector<int>{1, 3, 66}[rng() % 3];
+    const std::string what = "trial " + std::to_string(trial) + " P1=" + std::to_string(P1) + " P2=" + std::to_string(P2) +
+                             " Gs=" + std::to_string(Gs) + " rows=" + std::to_string(O.back());
+    expect_pairs_cover_every_tile(make_interleaved_schedule(pr, O.data(), 2, Gs), "interleaved " + what);
+    expect_pairs_cover_every_tile(make_expert_wave_schedule(pr, O.data(), 1 + trial % E_local, Gs, trial % 2), "wave " + what);
+  }
+  const MoeProblem odd = problem_with(2, 4, 3);  // P2 = 3: no pairs
+  const std::vector<int> O{0, 1, 2};
+  EXPECT_FALSE(ClusterTiling{2}.divides(make_interleaved_schedule(odd, O.data(), 1, 1).streams));
+  EXPECT_TRUE(ClusterTiling{1}.divides(make_interleaved_schedule(odd, O.data(), 1, 1).streams));
+}
+
 TEST(MoeScheduler, AllExpertsEmptyGivesNoTiles) {
   const MoeProblem pr = problem_with(4, 2, 2);
   const std::vector<int> O(5, 0);

@@ -3,9 +3,10 @@
 # alternated for MOE_AB_ROUNDS rounds (A B A B ...), so clock and thermal drift shows up as round-to-round
 # spread instead of as a difference between variants.
 #   MOE_AB_VARIANTS  ';'-separated extra bench arguments, one set per variant (default: "--cluster 1;--cluster 2")
-#   MOE_AB_FILTER    bench --filter (default: the two headline configurations)
+#   MOE_AB_FILTER    bench --filter (unset: the two headline configurations; empty: the whole grid)
 #   MOE_AB_IMPL      bench --impl (default: the three fused schedules and the unfused baseline)
 #   MOE_AB_ROUNDS    rounds (default 2)
+#   MOE_AB_SEED      the input seed of every call (default: one fresh seed for the whole run)
 # Writes ${OUT:-out}/moe_ab.log and moe_ab.tar.gz (one bench JSON per round and variant: ab-r<round>-v<variant>.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,15 +15,18 @@ OUT=${OUT:-out}; mkdir -p "$OUT/ab"
 exec > >(tee "$OUT/moe_ab.log") 2>&1
 X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
-FILTER=${MOE_AB_FILTER:-deepseek-v3:h7168-i2048-e256-k8/t4096/balanced/bf16,h7168-i2048-e256-k8/t8192/balanced/fp8}
+FILTER=${MOE_AB_FILTER-deepseek-v3:h7168-i2048-e256-k8/t4096/balanced/bf16,h7168-i2048-e256-k8/t8192/balanced/fp8}
 IMPL=${MOE_AB_IMPL:-unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
+# One seed for every bench call: the variants see identical inputs (skewed routing is drawn from the seed).
+SEED=${MOE_AB_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}
+echo "seed $SEED"
 IFS=';' read -r -a VARIANTS <<< "${MOE_AB_VARIANTS:---cluster 1;--cluster 2}"
 failures=0
 for round in $(seq 1 "${MOE_AB_ROUNDS:-2}"); do
   for v in "${!VARIANTS[@]}"; do
     step "round $round, variant $v: ${VARIANTS[$v]}"
     # shellcheck disable=SC2086  # the variant is a list of arguments
-    timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" --filter "$FILTER" ${VARIANTS[$v]} \
+    timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" --filter "$FILTER" --seed "$SEED" ${VARIANTS[$v]} \
       --out "$OUT/ab/ab-r$round-v$v.json" || failures=$((failures+1))
   done
 done

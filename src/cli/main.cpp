@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Help exits 0; every usage error (unknown option, a value outside its set) is bad input: exit 2,
+    // as for InputError, instead of CLI11's own codes (105, 106, ...).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const xstage::ExitStatus& e) {
     return e.code();
   } catch (const xstage::InputError& e) {

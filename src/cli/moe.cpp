@@ -62,7 +62,7 @@ struct MoeArgs {
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
   int tile_n = 0;            // 0 = auto (256 where the shape allows it)
-  int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = pairs where the tiles pair up)
+  int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = FusedMoeOptions' automatic choice)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
   std::string filter;  // bench: comma-separated substrings of config names
@@ -640,7 +640,8 @@ void add_moe_command(CLI::App& app) {
         ->check(CLI::IsMember({128, 256}));
     cmd->add_option("--cluster", args->cluster_n,
                     "fused kernel: 1 = one CTA per tile, 2 = CTA pairs (2x1 clusters sharing each A k-block by TMA\n"
-                    "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs wherever they fit")
+                    "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs for megamoe-interleaved\n"
+                    "wherever they fit, one CTA per tile for the wave schedules (measured: docs/MOE.md)")
         ->check(CLI::IsMember({1, 2}));
     cmd->add_option("--dtype", args->dtypes,
                     "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"

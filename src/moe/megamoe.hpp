@@ -30,7 +30,7 @@ struct FusedMoeOptions {
   int D_rows = 0;                 // interleaved lead; 0 = interleave_lead_rows (schedule_host.hpp)
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
   int wave_lag = 0;               // expert-wave λ: 0 = the paper's baseline, 1 = pipelined waves (scheduler.hpp)
-  int cluster_n = 0;              // CTAs per cluster sharing A by multicast: 1, 2, or 0 = 2 where the tiles pair up
+  int cluster_n = 0;              // CTAs per cluster sharing A by multicast: 1, 2, or 0 = pairs for the interleaved schedule where the tiles pair up
   double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
   double timeout_s = 10.0;        // every device-side wait
 };

@@ -772,9 +772,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     } else {
       storer_role<Schedule>(prm, smem, warp - 1 - C::kDispatchWarps);
     }
+    // Back to the launch's even split for the reduction below (the consumers give theirs back first):
+    // with 56 or 72 registers its loads in flight would spill.
+    cutlass::arch::warpgroup_reg_alloc<C::kLaunchRegisters>();
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();
     consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
+    cutlass::arch::warpgroup_reg_dealloc<C::kLaunchRegisters>();
   }
   // The partner CTA's consumers may still be arriving on this CTA's empty barriers: neither leaves the
   // cluster's shared memory before both are done with it.

@@ -73,8 +73,16 @@ TEST(MoeCli, GridNamesItsDtypes) {
 
 TEST(MoeCli, TileWidthIsOneOfTheKernelsTiles) {
   const CliRun r = xstage("moe bench --tile-n 64");
-  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.status, 2);
   EXPECT_CONTAINS(r.err, "--tile-n");
+}
+
+TEST(MoeCli, ClusterIsOneOrTwoCtas) {
+  for (const char* bad : {"0", "3", "pairs"}) {
+    const CliRun r = xstage(std::string("moe check --cluster ") + bad);
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_CONTAINS(r.err, "--cluster");
+  }
 }
 
 TEST(MoeCli, NoGpuIsAPlatformErrorThatSaysSo) {

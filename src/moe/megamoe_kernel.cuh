@@ -664,11 +664,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
 // out[t] = Σ_j w[t][j] · combine[t][j] (fp32, j in order). One 16-byte column chunk of one token per thread,
 // the grid's threads striding over all (token, chunk) pairs, so every thread has work and neighbouring
-// threads read neighbouring bytes; up to 8 of the token's k rows are loaded before any is summed (a bandwidth
-// pass over T·k·h·2 bytes: it needs many loads in flight).
-template <class C>
+// threads read neighbouring bytes; kRowsInFlight of the token's k rows are loaded before any is summed (a
+// bandwidth pass over T·k·h·2 bytes: it needs many loads in flight). The sum order is j = 0, 1, ... whatever
+// kRowsInFlight is, so every thread's result is the same.
+template <int kRowsInFlight, class C>
 __device__ void reduce_role(const MegaMoeParams<C>& prm) {
-  constexpr int kRowsInFlight = 8;
   const MoeProblem& pr = prm.pr;
   const int k = pr.top_k, chunks = pr.h_hidden / 8;
   const std::int64_t items = static_cast<std::int64_t>(prm.tokens) * chunks;
@@ -691,6 +691,26 @@ __device__ void reduce_role(const MegaMoeParams<C>& prm) {
     }
     reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
   }
+}
+
+// Step 4 of the kernel, called by every thread once its role is done: wait until every owner has stored
+// every row of this rank's tokens (combine_arrived), then this thread's share of the top-k reduction.
+// Returns when the wait began (thread 0's tail statistic).
+inline constexpr int kRolesDoneBarrier = 2;  // named barrier of all 384 threads (1: the consumers' L1 epilogue)
+template <int kRowsInFlight, class C>
+__device__ long long await_combine_then_reduce(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem) {
+  // A CTA pair: the partner's consumers may still be arriving on this CTA's empty barriers, so neither
+  // leaves the cluster's shared memory before both are done with it.
+  if constexpr (C::kClusterN > 1) cute::cluster_sync();
+  else cutlass::arch::NamedBarrier::sync(C::kThreads, kRolesDoneBarrier);
+  const long long tail_start = clock64();
+  if (threadIdx.x == 0 && smem.routing_ok)
+    smem.routing_ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, prm.win.counters.combine_arrived()),
+                                         static_cast<std::uint32_t>(prm.tokens) * prm.pr.top_k * prm.pr.P2_l2_n_blocks(),
+                                         MoeWait::combine_arrived, -1);
+  cutlass::arch::NamedBarrier::sync(C::kThreads, kRolesDoneBarrier);
+  if (smem.routing_ok) reduce_role<kRowsInFlight>(prm);  // else the output stays as it was; finish() reports it
+  return tail_start;
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------
@@ -768,8 +788,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     __syncthreads();
   }
 
-  // 3. Roles.
+  // 3. Roles, then 4. the top-k reduction. The reduction runs inside each warpgroup's branch, under that
+  // branch's setmaxnreg budget (warpgroup 0 keeps fewer rows in flight than the consumers), so both are
+  // compiled for the registers they have; named barriers join the two branches.
   const int warp = threadIdx.x / 32;
+  long long tail_start = 0;
   if (warp < 4) {
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegisters>();
     if (warp == 0) {
@@ -779,27 +802,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     } else {
       storer_role<Schedule>(prm, smem, warp - 1 - C::kDispatchWarps);
     }
-    // Back to the launch's even split for the reduction below (the consumers give theirs back first):
-    // with 56 or 72 registers its loads in flight would spill.
-    cutlass::arch::warpgroup_reg_alloc<C::kLaunchRegisters>();
+    tail_start = await_combine_then_reduce<4>(prm, smem);
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();
     consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
-    cutlass::arch::warpgroup_reg_dealloc<C::kLaunchRegisters>();
+    await_combine_then_reduce<8>(prm, smem);
   }
-  // The partner CTA's consumers may still be arriving on this CTA's empty barriers: neither leaves the
-  // cluster's shared memory before both are done with it.
-  if constexpr (C::kClusterN > 1) cute::cluster_sync();
-  else __syncthreads();
-
-  // 4. Every owner has stored every row of this rank's tokens: the top-k reduction.
-  const long long tail_start = clock64();
-  if (threadIdx.x == 0 && smem.routing_ok)
-    smem.routing_ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, w.counters.combine_arrived()),
-                                         static_cast<std::uint32_t>(prm.tokens) * pr.top_k * pr.P2_l2_n_blocks(),
-                                         MoeWait::combine_arrived, -1);
-  __syncthreads();
-  if (smem.routing_ok) reduce_role(prm);  // else the output stays as it was; finish() reports the failure
 
   // 5. The last CTA tells every peer that this rank has finished reading its data of this call.
   __syncthreads();

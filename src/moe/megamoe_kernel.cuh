@@ -693,7 +693,7 @@ __device__ void reduce_role(const MegaMoeParams<C>& prm) {
   }
 }
 
-// Step 4 of the kernel, called by every thread once its role is done: wait until every owner has stored
+// Step 4 of the kernel, called by every thread after its role: wait until every owner has stored
 // every row of this rank's tokens (combine_arrived), then this thread's share of the top-k reduction.
 // Returns when the wait began (thread 0's tail statistic).
 inline constexpr int kRolesDoneBarrier = 2;  // named barrier of all 384 threads (1: the consumers' L1 epilogue)
@@ -788,11 +788,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     __syncthreads();
   }
 
-  // 3. Roles, then 4. the top-k reduction. The reduction runs inside each warpgroup's branch, under that
-  // branch's setmaxnreg budget (warpgroup 0 keeps fewer rows in flight than the consumers), so both are
-  // compiled for the registers they have; named barriers join the two branches.
+  // 3. Roles, then 4. the top-k reduction. The reduction code follows both warpgroups' branches, so it is
+  // compiled for the smaller setmaxnreg budget (warpgroup 0's 56 or 72 registers): 4 rows in flight, which
+  // fit. Measured alternatives (results/h200x2/moe/run24-pairs, run27-reduction-registers): 8 rows in
+  // flight made the tail 2x longer; handing registers back with setmaxnreg before it made compute-sanitizer
+  // racecheck run past its bound; a reduction inside each branch made ptxas spill more in the fp8 kernels
+  // (8.9 vs 7.7 ms).
   const int warp = threadIdx.x / 32;
-  long long tail_start = 0;
   if (warp < 4) {
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegisters>();
     if (warp == 0) {
@@ -802,12 +804,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     } else {
       storer_role<Schedule>(prm, smem, warp - 1 - C::kDispatchWarps);
     }
-    tail_start = await_combine_then_reduce<4>(prm, smem);
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegisters>();
     consumer_role<Schedule>(prm, smem, pipeline, threadIdx.x - 128);
-    await_combine_then_reduce<8>(prm, smem);
   }
+  const long long tail_start = await_combine_then_reduce<4>(prm, smem);
 
   // 5. The last CTA tells every peer that this rank has finished reading its data of this call.
   __syncthreads();

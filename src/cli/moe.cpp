@@ -39,18 +39,25 @@ namespace xstage::cli {
 namespace {
 
 // ||out - ref|| / ||ref|| against the float64 reference of the same precision (fp8: the W8A8 layer, with exact
-// code products per 128-K block). 1e-2 for every bf16 layer and for the fused fp8 kernel, whose rounding
-// points are the W8A8 reference's (what differs: wgmma's fp8 accumulation inside a 128-K block, fp32
-// promotion sums, and activation codes that flip by one where the requantized value differs by an ulp;
-// measured <= 5.2e-3, results/h200x2/moe/run17-fp8-first). The unfused fp8 layer also rounds Linear-1 to bf16
-// before SwiGLU and the requantization, as users run it, which moves many more codes: measured 1.4e-2 to
-// 2.5e-2 (a one-token case), hence 3e-2. A misindexed scale or K block moves the layer by >= 1e-1.
+// code products per 128-K block). 1e-2 for every bf16 layer. The fused fp8 kernel's rounding points are the
+// W8A8 reference's; what differs is the fp32 promotion sums and Hopper's fp8 wgmma, which accumulates a 128-K
+// block with about 14 significant bits (DeepSeek-V3 report, §3.3.2): where an activation lies that close to a
+// rounding boundary its requantized e4m3 code flips by one (6-12% of the value). Over many rows the flips
+// average out: <= 5.6e-3 on every case with >= 64 tokens per rank (144 results, results/h200x2/moe/run23 ..
+// run28). With 1 or 3 tokens one flip weighs ~5e-3: up to 1.9e-2 over 12 fresh seeds on the 1-token case
+// (run29, where run23's binary gives run28's 1.1e-2 failure bit for bit). The unfused fp8 layer also rounds
+// Linear-1 to bf16 before SwiGLU and the requantization, as users run it, which moves many more codes: up to
+// 1.75e-2 (>= 64 tokens) and 2.5e-2 (< 64). Hence 1e-2 (fused) and 3e-2 (unfused) from 64 tokens on, 4e-2
+// below; a misindexed scale or K block moves the layer by >= 1e-1.
 constexpr double kMaxRelativeL2 = 1e-2;
 constexpr double kMaxRelativeL2Fp8Unfused = 3e-2;
+constexpr double kMaxRelativeL2Fp8FewTokens = 4e-2;
+constexpr int kFewTokens = 64;
 
-double check_tolerance(moe::DType dtype, const moe::MoeLayerImpl& layer) {
-  return dtype == moe::DType::fp8_e4m3 && dynamic_cast<const moe::UnfusedMoeLayer*>(&layer) ? kMaxRelativeL2Fp8Unfused
-                                                                                               : kMaxRelativeL2;
+double check_tolerance(moe::DType dtype, const moe::MoeLayerImpl& layer, int tokens_per_rank) {
+  if (dtype != moe::DType::fp8_e4m3) return kMaxRelativeL2;
+  if (tokens_per_rank < kFewTokens) return kMaxRelativeL2Fp8FewTokens;
+  return dynamic_cast<const moe::UnfusedMoeLayer*>(&layer) ? kMaxRelativeL2Fp8Unfused : kMaxRelativeL2;
 }
 
 struct MoeArgs {
@@ -319,7 +326,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
           rows_min = std::min(rows_min, a.rows_received);
           rows_max = std::max(rows_max, a.rows_received);
         }
-        const double tolerance = check_tolerance(dtype, *layer);
+        const double tolerance = check_tolerance(dtype, *layer, c.T);
         const bool ok = worst <= tolerance && nans == 0 && identical;
         failures += !ok;
         ++ran;
@@ -339,9 +346,9 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
     }
   }
   if (lead) {
-    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e, unfused fp8 %.0e; no NaN, "
-                "bitwise identical runs)\n",
-                ran, failures, kMaxRelativeL2, kMaxRelativeL2Fp8Unfused);
+    std::printf("xstage moe check: %d case(s), %d failure(s) (tolerance rel L2 <= %.0e, unfused fp8 %.0e, fp8 below %d "
+                "tokens %.0e; no NaN, bitwise identical runs)\n",
+                ran, failures, kMaxRelativeL2, kMaxRelativeL2Fp8Unfused, kFewTokens, kMaxRelativeL2Fp8FewTokens);
     if (!args.out.empty())
       write_json_file(args.out, {{"command", command_line()}, {"date", utc_timestamp()}, {"seed", seed},
                                  {"world_size", rt.world_size()}, {"device", comm::describe_device(rt.device())},
@@ -649,7 +656,8 @@ void add_moe_command(CLI::App& app) {
     cmd->add_option("--out", args->out, "write the results as JSON here");
   };
   CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"
-                                                 "(rel L2 <= 1e-2, unfused fp8 3e-2, no NaN, bitwise identical over 3 runs); exit 1 on failure.");
+                                                 "(rel L2 <= 1e-2, unfused fp8 3e-2, fp8 below 64 tokens 4e-2, no NaN, bitwise identical\n"
+                                                 "over 3 runs); exit 1 on failure.");
   common(check);
   check->add_option("--cases", args->cases, "only cases whose name contains one of these comma-separated strings");
   check->callback([args] {

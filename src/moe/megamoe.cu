@@ -257,7 +257,6 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   XSTAGE_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 }
 
-
 void FusedMoeLayer::finish(cudaStream_t stream) {
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (status_->failed) {

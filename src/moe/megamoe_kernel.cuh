@@ -63,7 +63,7 @@ inline constexpr int kDispatchUnitRows = 16;
 // instantiation, so the common case keeps the simpler code: measured, the general one made the fp8 kernel
 // 5–8% slower on the DeepSeek-V3-like shape (results/h200x2/moe/run22-half-block-cost).
 //
-// kClusterN = 2: CTA pairs (scheduler.hpp's ClusterTiling) as a 1 × 2 thread-block cluster. Both CTAs run the
+// kClusterN = 2: CTA pairs (scheduler.hpp's ClusterTiling) as a 2 × 1 thread-block cluster. Both CTAs run the
 // same rows with adjacent n-blocks, so each loads half of every A k-block (64 rows) and multicasts it to
 // both: the A bytes each SM reads from L2 halve (48 → 40 KB per bf16 k-block at b_n = 256). The stage's
 // empty barrier counts both CTAs' consumers (CUTLASS's PipelineTmaAsync with a cluster shape), because

@@ -3,7 +3,8 @@
 # host ones), `xstage moe check` (all cases, bf16 and fp8 W8A8, every implementation: the unfused baseline's
 # two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and racecheck of
 # the fused kernel on tiny checks in both precisions, then `xstage moe bench` over configs/moe_grid.json
-# (both precisions; MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations). Everything lands in ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json,
+# (both precisions; MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations), once as configured by
+# default and once with the fused kernel on M-pairs (--cluster-m 2). Everything lands in ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json,
 # bench.json, sanitizer logs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +33,10 @@ step "the fused kernel with one CTA per tile (--cluster 1; the check above runs 
 timed "check one CTA per tile" -- "$X" moe check --gpus "$GPUS" --cluster 1 \
   --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved || failures=$((failures+1))
 
+step "the fused kernel on M-pairs (--cluster-m 2: two CTAs share each weight k-block; cases with a half-full block skip)"
+timed "check M-pairs" -- "$X" moe check --gpus "$GPUS" --cluster-m 2 \
+  --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved || failures=$((failures+1))
+
 step "the bf16 kernel with 128x256 tiles on h = 384 (each row's last Linear-2 block half full)"
 timed "check half block" -- "$X" moe check --gpus "$GPUS" --cases h384 --dtype bf16 --tile-n 256 \
   --impl megamoe-wave,megamoe-interleaved || failures=$((failures+1))
@@ -44,6 +49,10 @@ for tool in memcheck racecheck; do
     "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty,h384 --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved \
     --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
   rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
+  timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
+    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --cluster-m 2 --impl megamoe-wave,megamoe-interleaved \
+    --device-timeout-s 300 > "$OUT/work/$tool-m-pairs.log" 2>&1
+  rc=$?; tail -n 3 "$OUT/work/$tool-m-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
 done
 
 step "bad input gives a clear error"
@@ -53,6 +62,10 @@ step "bad input gives a clear error"
 step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER}"
 timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --out "$OUT/work/bench.json" \
   || failures=$((failures+1))
+
+step "the same bench with the fused kernel on M-pairs (--cluster-m 2; configurations with a half-full block skip)"
+timed "bench M-pairs" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --cluster-m 2 \
+  --out "$OUT/work/bench-m-pairs.json" || failures=$((failures+1))
 
 tar -C "$OUT/work" -czf "$OUT/moe.tar.gz" . && rm -rf "$OUT/work"
 step "done: $failures failure(s)"

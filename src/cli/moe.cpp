@@ -69,6 +69,7 @@ struct MoeArgs {
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
   int tile_n = 0;            // 0 = auto (256 where the shape allows it)
+  int cluster_m = 1;         // fused kernel: 2 = M-pairs sharing the weight tile by multicast
   int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = FusedMoeOptions' automatic choice)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
@@ -137,6 +138,7 @@ std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe:
   opt.wave_experts = args.wave_experts;
   opt.timeout_s = args.device_timeout_s;
   opt.cluster_n = args.cluster_n;
+  opt.cluster_m = args.cluster_m;
   return std::make_unique<moe::FusedMoeLayer>(pr, rt, opt);
 }
 
@@ -649,6 +651,11 @@ void add_moe_command(CLI::App& app) {
                     "fused kernel: 1 = one CTA per tile, 2 = CTA pairs (2x1 clusters sharing each A k-block by TMA\n"
                     "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs for megamoe-interleaved\n"
                     "wherever they fit, one CTA per tile for the wave schedules (measured: docs/MOE.md)")
+        ->check(CLI::IsMember({1, 2}));
+    cmd->add_option("--cluster-m", args->cluster_m,
+                    "fused kernel: 2 = M-pairs (2x1 clusters on the two 128-row halves of 256-row blocks of one expert,\n"
+                    "sharing each weight k-block by TMA multicast; every expert padded to 256 rows; 128x256 tiles only).\n"
+                    "Default 1")
         ->check(CLI::IsMember({1, 2}));
     cmd->add_option("--dtype", args->dtypes,
                     "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"

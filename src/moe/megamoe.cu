@@ -73,9 +73,11 @@ void set_smem_attributes() {
 
 template <class F>
 void FusedMoeLayer::with_config(F&& f) const {
-  if (pr_.dtype == DType::fp8_e4m3 && half_l2_) f(std::type_identity<MegaMoeFp8Config<true>>{});
+  if (pr_.dtype == DType::fp8_e4m3 && cluster_m_ == 2) f(std::type_identity<MegaMoeFp8Config<false, 1, 2>>{});
+  else if (pr_.dtype == DType::fp8_e4m3 && half_l2_) f(std::type_identity<MegaMoeFp8Config<true>>{});
   else if (pr_.dtype == DType::fp8_e4m3 && cluster_n_ == 2) f(std::type_identity<MegaMoeFp8Config<false, 2>>{});
   else if (pr_.dtype == DType::fp8_e4m3) f(std::type_identity<MegaMoeFp8Config<false>>{});
+  else if (pr_.b_n == 256 && cluster_m_ == 2) f(std::type_identity<MegaMoeConfig<256, cute::bfloat16_t, false, 1, 2>>{});
   else if (pr_.b_n == 256 && half_l2_) f(std::type_identity<MegaMoeConfig<256, cute::bfloat16_t, true>>{});
   else if (pr_.b_n == 256 && cluster_n_ == 2) f(std::type_identity<MegaMoeConfig<256, cute::bfloat16_t, false, 2>>{});
   else if (pr_.b_n == 256) f(std::type_identity<MegaMoeConfig<256>>{});
@@ -120,9 +122,21 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
     // neutral elsewhere (geomean 0.995), but the waves 1-2% and the pipelined waves 2-12% slower: the two
     // CTAs of a pair run in lockstep, so each waits for the other's dependencies as well as its own.
     cluster_n_ = opt_.cluster_n > 0 ? opt_.cluster_n : (pairs && opt_.schedule == MoeScheduleKind::interleaved ? 2 : 1);
+    // M-pairs: scheduler rows of 256 (every expert padded to a multiple of 256 rows), each CTA of the pair
+    // runs one 128-row half and loads half of every weight k-block, which the TMA multicasts into both.
+    require_input(opt_.cluster_m == 1 || opt_.cluster_m == 2, "MegaMoE: --cluster-m is 1 or 2 CTAs, got " + std::to_string(opt_.cluster_m));
+    if (opt_.cluster_m == 2) {
+      require_input(opt_.cluster_n != 2, "MegaMoE: CTA pairs along N (--cluster 2) and along M (--cluster-m 2) do not combine");
+      require_input(pr_.b_n == 256 && !half_l2_ && grid_ % 2 == 0,
+                    "MegaMoE: M-pairs need 128 x 256 tiles without a half-full Linear-2 block and an even number of SMs");
+      cluster_n_ = 1;
+      cluster_m_ = 2;
+      pr_.b_m = 2 * pr_.b_m;
+    }
   }
-  D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_));
-  wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_);
+  // The schedule heuristics count scheduler rows and instances: with M-pairs, 256-row rows over grid / 2 clusters.
+  D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_ / cluster_m_));
+  wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_ / cluster_m_);
   require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
 
   const std::int64_t capacity = opt_.capacity_slack > 0 ? expected_capacity_rows(pr_, opt_.capacity_slack) : worst_case_capacity_rows(pr_);
@@ -152,7 +166,7 @@ std::string FusedMoeLayer::name() const {
          (opt_.schedule == MoeScheduleKind::interleaved
               ? " D=" + std::to_string(D_rows_)
               : " W=" + std::to_string(wave_experts_) + (opt_.wave_lag > 0 ? " lag=" + std::to_string(opt_.wave_lag) : "")) +
-         " 128x" + std::to_string(pr_.b_n) + (cluster_n_ > 1 ? " pairs" : "");
+         " 128x" + std::to_string(pr_.b_n) + (cluster_n_ > 1 ? " pairs" : "") + (cluster_m_ > 1 ? " m-pairs" : "");
 }
 
 void FusedMoeLayer::forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
@@ -214,7 +228,9 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   using OpA = typename C::TmaOpA;
   constexpr int kMc = C::kClusterN;
   prm.tma_a1 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA, OpA, kMc>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
-  prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
+  using OpB = typename C::TmaOpB;
+  constexpr int kMcB = C::kClusterM;
+  prm.tma_b1 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB, OpB, kMcB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
   prm.tma_a2 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA, OpA, kMc>(local + window_.ring.region.offset_bytes,
                                                                   static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
   if constexpr (C::kHalfL2) {  // W2 [E_local][h][h_inter], the expert as the third mode (zero fill past h)
@@ -223,7 +239,7 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
                           make_stride(int64_t(I), _1{}, int64_t(h) * I));
     prm.tma_b2 = make_tma_copy(SM90_TMA_LOAD{}, w2, take<0, 2>(LayoutB{}), typename C::TileShapeB{}, _1{});
   } else {
-    prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+    prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB, OpB, kMcB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
   }
   if constexpr (C::kFp8) {
     // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
@@ -249,11 +265,11 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   attrs[0].id = cudaLaunchAttributeCooperative;
   attrs[0].val.cooperative = 1;
   attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = C::kClusterN;
+  attrs[1].val.clusterDim.x = C::kClusterSize;
   attrs[1].val.clusterDim.y = 1;
   attrs[1].val.clusterDim.z = 1;
   config.attrs = attrs;
-  config.numAttrs = C::kClusterN > 1 ? 2 : 1;
+  config.numAttrs = C::kClusterSize > 1 ? 2 : 1;
   XSTAGE_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 }
 

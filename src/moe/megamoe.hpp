@@ -31,6 +31,7 @@ struct FusedMoeOptions {
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
   int wave_lag = 0;               // expert-wave λ: 0 = the paper's baseline, 1 = pipelined waves (scheduler.hpp)
   int cluster_n = 0;              // CTAs per cluster sharing A by multicast: 1, 2, or 0 = pairs for the interleaved schedule where the tiles pair up
+  int cluster_m = 1;              // 2: M-pairs, two CTAs on the 128-row halves of 256-row scheduler rows sharing B (the weights) by multicast
   double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
   double timeout_s = 10.0;        // every device-side wait
 };
@@ -55,6 +56,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }
   int cluster_n() const { return cluster_n_; }
+  int cluster_m() const { return cluster_m_; }
 
  private:
   // Calls f(std::type_identity<Config>{}) with the kernel configuration this layer runs.
@@ -74,7 +76,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::uint32_t* aborted_ = nullptr;  // device: a wait failed in this call
   MoeKernelStats last_stats_{};
   std::uint32_t epoch_ = 0;
-  int grid_ = 0, D_rows_ = 1, wave_experts_ = 1, cluster_n_ = 1;
+  int grid_ = 0, D_rows_ = 1, wave_experts_ = 1, cluster_n_ = 1, cluster_m_ = 1;
   bool half_l2_ = false;  // each row's last Linear-2 block is half full (MegaMoeConfig::kHalfL2)
   std::int64_t last_peer_bytes_ = 0;
   std::string failure_;  // set by finish() when a device wait failed; the layer refuses further calls

@@ -68,15 +68,19 @@ inline constexpr int kDispatchUnitRows = 16;
 // both: the A bytes each SM reads from L2 halve (48 → 40 KB per bf16 k-block at b_n = 256). The stage's
 // empty barrier counts both CTAs' consumers (CUTLASS's PipelineTmaAsync with a cluster shape), because
 // either CTA's TMA writes into both shared memories.
-template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false, int kClusterN_ = 1>
+template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false, int kClusterN_ = 1, int kClusterM_ = 1>
 struct MegaMoeConfig {
   using Element = Element_;
   static constexpr bool kHalfL2 = kHalfL2_;
-  static constexpr int kClusterN = kClusterN_;
+  static constexpr int kClusterN = kClusterN_;  // CTAs on adjacent n-blocks of one row, sharing A
+  static constexpr int kClusterM = kClusterM_;  // CTAs on the two 128-row halves of one 256-row row, sharing B
+  static constexpr int kClusterSize = kClusterN * kClusterM;
   static_assert(kClusterN == 1 || kClusterN == 2, "CTA pairs at most");
-  static_assert(kClusterN == 1 || !kHalfL2, "a half-full Linear-2 block has no partner n-block");
-  using ClusterShape = cute::Shape<cute::Int<kClusterN>, cute::_1, cute::_1>;
-  static constexpr std::uint16_t kMulticastMask = (1u << kClusterN) - 1u;  // every CTA of the cluster
+  static_assert(kClusterM == 1 || kClusterM == 2, "CTA pairs at most");
+  static_assert(kClusterSize <= 2, "pairs along N or along M, not both");
+  static_assert(kClusterSize == 1 || !kHalfL2, "a half-full Linear-2 block has no partner");
+  using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
+  static constexpr std::uint16_t kMulticastMask = (1u << kClusterSize) - 1u;  // every CTA of the cluster
   static constexpr bool kFp8 = std::is_same_v<Element, cute::float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<Element, cute::bfloat16_t>, "bf16 or fp8 e4m3");
   // L2 policy of the weight tiles' TMA loads. A weight tile is read by the few CTAs that run its n-block at
@@ -136,8 +140,9 @@ struct MegaMoeConfig {
   using TmaOpA = std::conditional_t<kClusterN == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaLoadA = decltype(cute::make_tma_copy(TmaOpA{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutA{}), TileShapeA{},
                                                 cute::Int<kClusterN>{}));
-  using TmaLoadB = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                                cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{}));
+  using TmaOpB = std::conditional_t<kClusterM == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
+  using TmaLoadB = decltype(cute::make_tma_copy(TmaOpB{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutB{}), TileShapeB{},
+                                                cute::Int<kClusterM>{}));
   // W2 as [E_local][h][h_inter] with the expert as its own mode: a half-full last n-block (h an odd multiple of
   // 128 with b_n = 256) reads zeros past the expert's h rows instead of the next expert's weights.
   using GmemTensorExperts = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
@@ -149,8 +154,14 @@ struct MegaMoeConfig {
                                        TmaLoadB>;  // else W2 as one [E_local·h][h_inter] matrix, like W1
 };
 
-template <bool kHalfL2, int kClusterN = 1>
-using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN>;
+template <bool kHalfL2, int kClusterN = 1, int kClusterM = 1>
+using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN, kClusterM>;
+
+// With M-pairs a scheduler row has kClusterM · 128 rows and this CTA runs the rows from here on.
+template <class C>
+__device__ __forceinline__ int cta_first_row_in_row() {
+  return C::kClusterM == 1 ? 0 : static_cast<int>(blockIdx.x % C::kClusterM) * C::kBlockM;
+}
 
 template <class C>
 struct MegaMoeParams {
@@ -196,7 +207,7 @@ template <class Schedule, class C>
 __device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams<C>& prm, const int* first_row) {
   const TileStreams streams = ClusterTiling{C::kClusterN}.pair_streams(
       TileStreams{SchedulerRows{first_row, prm.pr.E_local()}, prm.pr.P1_l1_n_blocks(), prm.pr.P2_l2_n_blocks()});
-  const int instances = static_cast<int>(gridDim.x) / C::kClusterN;
+  const int instances = static_cast<int>(gridDim.x) / C::kClusterSize;
   if constexpr (std::is_same_v<Schedule, InterleavedSchedule>) {
     return InterleavedSchedule{streams, prm.D_rows, instances};
   } else {
@@ -215,7 +226,7 @@ struct TileWalk {
   const Schedule& sched;
   typename Schedule::State state;
   Tile tile;
-  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x) / C::kClusterN)) {}
+  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x) / C::kClusterSize)) {}
   __device__ bool next() {
     const auto step = sched.next(state);
     state = step.next;
@@ -249,20 +260,24 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     // With a CTA pair, this CTA loads its half of A's rows and the TMA multicasts them into both CTAs.
     auto [tAgA, tAsA] = tma_partition(tma_a, static_cast<int>(blockIdx.x) % C::kClusterN, Layout<Int<C::kClusterN>>{},
                                       group_modes<0, 2>(sA), group_modes<0, 2>(gA));
-    auto [tBgB, tBsB] = tma_partition(tma_b, _0{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+    // With M-pairs, this CTA loads its half of B's rows and the TMA multicasts them into both CTAs.
+    auto [tBgB, tBsB] = tma_partition(tma_b, static_cast<int>(blockIdx.x) % C::kClusterM, Layout<Int<C::kClusterM>>{},
+                                      group_modes<0, 2>(sB), group_modes<0, 2>(gB));
     const int k_blocks = size<2>(gA);
     for (int kb = 0; kb < k_blocks; ++kb) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
-      const std::uint16_t mask = C::kMulticastMask, no_mask = 0;  // with() binds references
+      // with() binds references
+      const std::uint16_t mask_a = C::kClusterN > 1 ? C::kMulticastMask : 0, mask_b = C::kClusterM > 1 ? C::kMulticastMask : 0;
       const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;
-      copy(tma_a.with(*bar, mask), tAgA(_, kb), tAsA(_, state.index()));
-      copy(tma_b.with(*bar, no_mask, weight_hint), tBgB(_, kb), tBsB(_, state.index()));
+      copy(tma_a.with(*bar, mask_a), tAgA(_, kb), tAsA(_, state.index()));
+      copy(tma_b.with(*bar, mask_b, weight_hint), tBgB(_, kb), tBsB(_, state.index()));
       ++state;
     }
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  const int rm = static_cast<int>(blockIdx.x) % C::kClusterM;  // this CTA's 128-row half of an M-pair's rows
   unsigned long long wait_cycles = 0;
   for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;
@@ -273,17 +288,17 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
                           MoeWait::dispatch_ready, t.row);
       if (w.ring.generation(t.row) > 0)
         wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l2_done(slot)),
-                            slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
+                            C::kClusterM * slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      load_tile(prm.tma_a1, mA1, t.row, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block);
+      load_tile(prm.tma_a1, mA1, t.row * C::kClusterM + rm, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block);
     } else {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
-                          l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
+                          C::kClusterM * l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
       if constexpr (C::kHalfL2) load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block);
-      else load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+      else load_tile(prm.tma_a2, mA2, slot * C::kClusterM + rm, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
     }
   }
   atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
@@ -389,7 +404,8 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     // loop below has no global loads on its path. Read only now: the staging barrier orders them after
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
     // read earlier they could be the previous call's.
-    const RowSource* sources = at<const RowSource>(prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m));
+    const RowSource* sources = at<const RowSource>(
+        prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m + cta_first_row_in_row<C>()));
     RowSource rs[4] = {};
 #pragma unroll
     for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
@@ -495,6 +511,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
       moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
   const int r0 = get<0>(tCcC(0));  // this thread's rows: r0 (value bit 1 clear) and r0 + 8 (set)
+  const int cta_row0 = cta_first_row_in_row<C>();  // of the scheduler row (M-pairs: 0 or 128)
   [[maybe_unused]] auto tmp = [&] {
     if constexpr (C::kFp8) {
       // The half accumulator is the tile's first kAcc/2 values, column for column, so half h of the tile is
@@ -548,11 +565,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       // acc += tmp · fp32(scale_a · scale_b). The next block's scales load while this one multiplies.
       const Fp8ScaleSource src =
           t.stage == Stage::L1
-              ? Fp8ScaleSource{at<const float>(prm.local, w.dispatch.scale_offset(static_cast<std::int64_t>(t.row) * pr.b_m + r0, 0)),
+              ? Fp8ScaleSource{at<const float>(prm.local, w.dispatch.scale_offset(static_cast<std::int64_t>(t.row) * pr.b_m + cta_row0 + r0, 0)),
                                w.dispatch.capacity_rows,
                                prm.w1_scales + static_cast<std::int64_t>(t.expert * pr.P1_l1_n_blocks() + t.n_block) * 2 * prm.w1_scale_pitch,
                                prm.w1_scale_pitch, true}
-              : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, r0, 0)),
+              : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0, 0)),
                                static_cast<std::int64_t>(w.ring.slots) * pr.b_m,
                                prm.w2_scales + (static_cast<std::int64_t>(t.expert) * (pr.h_hidden / kScaleBlock) + 2 * t.n_block) * prm.w2_scale_pitch,
                                prm.w2_scale_pitch, !C::kHalfL2 || pr.l2_block_cols(t.n_block) > C::kMmaN};
@@ -593,7 +610,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     if (t.stage == Stage::L1) {
       if constexpr (!C::kFp8) {
         // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.
-        __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
+        __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block) + cta_row0 * w.ring.row_pitch_bytes);
         const std::int64_t pitch = pr.h_inter;
 #pragma unroll
         for (int v = 0; v < kAcc / 2; v += 2) {
@@ -616,7 +633,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         for (int rh = 0; rh < 2; ++rh)
           for (int o = 1; o < 4; o *= 2) amax[rh] = fmaxf(amax[rh], __shfl_xor_sync(0xffffffffu, amax[rh], o));
         const fp8::BlockScale scale[2] = {fp8::block_scale(amax[0]), fp8::block_scale(amax[1])};
-        std::uint8_t* ring = at<std::uint8_t>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block));
+        std::uint8_t* ring = at<std::uint8_t>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block) + cta_row0 * w.ring.row_pitch_bytes);
         const std::int64_t pitch = pr.h_inter;
 #pragma unroll
         for (int v = 0; v < kAcc / 2; v += 2) {
@@ -626,8 +643,8 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
           *reinterpret_cast<std::uint16_t*>(ring + r * pitch + c) = static_cast<std::uint16_t>(lo | (hi << 8));
         }
         if (tid % 4 == 0) {
-          *at<float>(prm.local, w.ring.scale_offset(t.row, r0, t.n_block)) = scale[0].scale;
-          *at<float>(prm.local, w.ring.scale_offset(t.row, r0 + 8, t.n_block)) = scale[1].scale;
+          *at<float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0, t.n_block)) = scale[0].scale;
+          *at<float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0 + 8, t.n_block)) = scale[1].scale;
         }
       }
       fence_proxy_async_global();
@@ -701,7 +718,7 @@ template <int kRowsInFlight, class C>
 __device__ long long await_combine_then_reduce(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem) {
   // A CTA pair: the partner's consumers may still be arriving on this CTA's empty barriers, so neither
   // leaves the cluster's shared memory before both are done with it.
-  if constexpr (C::kClusterN > 1) cute::cluster_sync();
+  if constexpr (C::kClusterSize > 1) cute::cluster_sync();
   else cutlass::arch::NamedBarrier::sync(C::kThreads, kRolesDoneBarrier);
   const long long tail_start = clock64();
   if (threadIdx.x == 0 && smem.routing_ok)
@@ -774,7 +791,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   pipeline_params.num_consumers = C::kConsumerThreads;
   typename C::Pipeline pipeline(smem.pipeline, pipeline_params, typename C::ClusterShape{});
   cutlass::arch::fence_barrier_init();
-  if constexpr (C::kClusterN > 1) {
+  if constexpr (C::kClusterSize > 1) {
     // A CTA pair arrives on, and multicasts into, the other CTA's barriers: both must be initialised first.
     // And both must run the same tiles, or one waits forever for the other's half of A: if either CTA lost
     // the routing (a peer's send_ready wait timed out in one CTA but not the other), neither runs any.

@@ -85,6 +85,14 @@ TEST(MoeCli, ClusterIsOneOrTwoCtas) {
   }
 }
 
+TEST(MoeCli, ClusterAlongMIsOneOrTwoCtas) {
+  for (const char* bad : {"0", "4", "m"}) {
+    const CliRun r = xstage(std::string("moe bench --cluster-m ") + bad);
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_CONTAINS(r.err, "--cluster-m");
+  }
+}
+
 TEST(MoeCli, NoGpuIsAPlatformErrorThatSaysSo) {
   const CliRun r = xstage("moe check --cases k2-balanced");
   EXPECT_EQ(r.status, 3) << r.err;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Where the fused MoE kernel's time goes, as hardware counters: Nsight Compute on ONE GPU with the 2-GPU
+# headline's per-rank load (configs/moe_profile_p1.json: 128 local experts x 256 rows, h 7168, h_inter 2048,
+# bf16). One GPU because ncu replays a kernel several times to read all counters, and a replayed kernel
+# that waits for a peer's stores would wait alone. Per fused schedule (and the unfused layer's cuBLAS GEMMs
+# for the same expert shape): DRAM bytes and throughput, L2 hit rate and throughput, tensor-pipe activity,
+# shared-memory traffic, the SM clock. Also a plain `xstage moe bench` of the same config (times and the
+# kernel's own statistics at P = 1, to compare with the 2-GPU run).
+#   MOE_PROFILE_IMPL  fused implementations to profile (default: megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved)
+# Writes ${OUT:-out}/moe_profile.log and moe_profile.tar.gz (bench.json, <impl>.ncu-rep and its details as text).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-out}; mkdir -p "$OUT/profile"
+exec > >(tee "$OUT/moe_profile.log") 2>&1
+X="$XSTAGE_BIN_DIR/xstage"
+CONFIG=configs/moe_profile_p1.json
+IMPLS=${MOE_PROFILE_IMPL:-megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
+NCU=(ncu --clock-control none --target-processes all --section SpeedOfLight --section MemoryWorkloadAnalysis
+     --section ComputeWorkloadAnalysis --section Occupancy
+     --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,lts__t_bytes.sum)
+failures=0
+
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+ncu --version | tail -1
+
+step "bench at P = 1 (times, kernel statistics)"
+timed "bench" -- "$X" moe bench --gpus 1 --config "$CONFIG" --impl "unfused-loop,$IMPLS" \
+  --out "$OUT/profile/bench.json" || failures=$((failures+1))
+
+IFS=',' read -r -a IMPL_LIST <<< "$IMPLS"
+for impl in "${IMPL_LIST[@]}"; do
+  step "ncu: $impl (the 3rd launch: after the untimed first run and one warm-up call)"
+  timed "ncu $impl" -- "${NCU[@]}" -k regex:megamoe_kernel --launch-skip 2 --launch-count 1 -o "$OUT/profile/$impl" -f \
+    "$X" moe bench --gpus 1 --config "$CONFIG" --impl "$impl" --trials 2 --warmup-ms 1 > "$OUT/profile/$impl.stdout" 2>&1 \
+    || failures=$((failures+1))
+  ncu --import "$OUT/profile/$impl.ncu-rep" --page details > "$OUT/profile/$impl.txt" 2>&1
+  grep -E "Duration|SM Frequency|DRAM Throughput|dram__bytes|L2 Hit Rate|lts__t_sector_hit|hmma|Memory Throughput|L2 Cache Throughput|lts__t_bytes" "$OUT/profile/$impl.txt" | head -20
+done
+
+step "ncu: the unfused layer's first cuBLAS GEMMs (Linear-1 and Linear-2 of one expert, M = 256 rows)"
+timed "ncu unfused" -- "${NCU[@]}" -k regex:'nvjet|gemm|xmma|cutlass' --launch-skip 0 --launch-count 4 -o "$OUT/profile/unfused-loop" -f \
+  "$X" moe bench --gpus 1 --config "$CONFIG" --impl unfused-loop --trials 1 --warmup-ms 1 > "$OUT/profile/unfused-loop.stdout" 2>&1 \
+  || failures=$((failures+1))
+ncu --import "$OUT/profile/unfused-loop.ncu-rep" --page details > "$OUT/profile/unfused-loop.txt" 2>&1
+grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|DRAM Throughput|L2 Hit Rate|hmma" "$OUT/profile/unfused-loop.txt" | head -40
+
+tar -C "$OUT/profile" -czf "$OUT/moe_profile.tar.gz" . && rm -rf "$OUT/profile"
+step "done: $failures failure(s)"
+exit $((failures > 0))

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The MoE results table of README.md / docs/MOE.md from one `xstage moe bench` JSON.
 
-Usage: tools/moe_table.py results/h200x2/moe/<run>/bench.json   (or a moe.tar.gz holding ./bench.json)
+Usage: tools/moe_table.py results/h200x2/moe/<run>/bench.json [bench-m-pairs.json]
+       (or a moe.tar.gz holding ./bench.json and, if the run made one, ./bench-m-pairs.json)
 
 One row per configuration: the unfused baseline, each fused schedule (the fastest in bold), the best fused
 time against the unfused one, and its TFLOP/s; then how many configurations the fused layer wins and which
-schedule wins how often.
+schedule wins how often. With a second bench (the same grid with `--cluster-m 2`), one more column: its best
+fused time and the speedup over the unfused time measured in that same call.
 """
 import json
 import re
@@ -24,23 +26,34 @@ def schedule_of(impl):
     return "wave" if "expert-wave" in impl else "interleaved"
 
 
-def load(path):
+def load(path, member="./bench.json"):
     if path.endswith(".tar.gz"):
         with tarfile.open(path) as t:
-            return json.load(t.extractfile("./bench.json"))
+            if member not in t.getnames():
+                return None
+            return json.load(t.extractfile(member))
     with open(path) as f:
         return json.load(f)
 
 
-def main():
+def by_config(doc):
     rows = {}
-    for r in load(sys.argv[1])["results"]:
-        if r.get("median_ms") is None:
-            continue
-        rows.setdefault(r["config"], {})[schedule_of(r["impl"])] = r
+    for r in doc["results"] if doc else []:
+        if r.get("median_ms") is not None:
+            rows.setdefault(r["config"], {})[schedule_of(r["impl"])] = r
+    return rows
+
+
+def main():
+    rows = by_config(load(sys.argv[1]))
+    if len(sys.argv) > 2:
+        m_pairs = by_config(load(sys.argv[2]))
+    else:
+        m_pairs = by_config(load(sys.argv[1], "./bench-m-pairs.json")) if sys.argv[1].endswith(".tar.gz") else {}
+    extra = " M-pairs best ms (vs its unfused) |" if m_pairs else ""
     print("| config (h-h_inter-E-k / tokens per rank / routing / dtype) | tile | unfused ms | expert-wave ms | "
-          "pipelined ms | interleaved ms | best fused vs unfused | best fused TFLOP/s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "pipelined ms | interleaved ms | best fused vs unfused | best fused TFLOP/s |" + extra)
+    print("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if m_pairs else ""))
     wins, best_count, n = 0, Counter(), 0
     for config, by in rows.items():
         fused = {s: by[s] for _, s in SCHEDULES if s in by}
@@ -60,8 +73,13 @@ def main():
                 ms = f"{fused[s]['median_ms']:.2f}" + (" ᵖ" if "pairs" in fused[s]["impl"] else "")
                 cells.append(f"**{ms}**" if s == best else ms)
         name = f"**{config}**" if config.startswith("deepseek") or "t8192/balanced/fp8" in config and "h7168" in config else config
+        m_cell = ""
+        if m_pairs:
+            mp = m_pairs.get(config, {})
+            m_fused = [mp[s]["median_ms"] for _, s in SCHEDULES if s in mp]
+            m_cell = f" {min(m_fused):.2f} ({mp['unfused']['median_ms'] / min(m_fused):.2f}×) |" if m_fused and "unfused" in mp else " – |"
         print(f"| {name} | {tile.replace(' pairs', '')} | {by['unfused']['median_ms']:.2f} | " + " | ".join(cells) +
-              f" | {speedup:.2f}× | {fused[best]['tflops_per_rank']:.0f} |")
+              f" | {speedup:.2f}× | {fused[best]['tflops_per_rank']:.0f} |" + m_cell)
     print(f"\nfused faster on {wins} of {n}; best schedule: " +
           ", ".join(f"{s} {best_count[s]}" for _, s in SCHEDULES) + " (ᵖ: CTA pairs)")
 

@@ -68,6 +68,11 @@ inline constexpr int kDispatchUnitRows = 16;
 // both: the A bytes each SM reads from L2 halve (48 → 40 KB per bf16 k-block at b_n = 256). The stage's
 // empty barrier counts both CTAs' consumers (CUTLASS's PipelineTmaAsync with a cluster shape), because
 // either CTA's TMA writes into both shared memories.
+//
+// kClusterM = 2: M-pairs. The layer's scheduler rows are 256 rows (MoeProblem::b_m = 256, every expert padded to
+// a multiple of 256); CTA r of the pair runs rows [128·r, 128·r + 128) of each tile with its own A and loads half
+// of every B (weight) k-block, multicast into both: 32 instead of 48 KB per bf16 k-block per SM from L2, and each
+// weight tile is read once per pair. Both CTAs raise l1_done / l2_done per tile, so their targets double.
 template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false, int kClusterN_ = 1, int kClusterM_ = 1>
 struct MegaMoeConfig {
   using Element = Element_;

@@ -384,6 +384,8 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
           // %globaltimer: earliest CTA entry -> earliest first tile -> last tile end -> kernel end
           {"head_us", (double(~st.first_tile_not_ns) - double(~st.kernel_start_not_ns)) / 1e3},
           {"tiles_us", (double(st.last_tile_end_ns) - double(~st.first_tile_not_ns)) / 1e3},
+          {"consumer_timer_us_per_cta", double(st.consumer_ns) / 1e3 / fused->grid()},
+          {"cta_finish_spread_us", (double(st.last_tile_end_ns) - double(~st.first_cta_done_not_ns)) / 1e3},
           {"tail_us", (double(st.kernel_end_ns) - double(st.last_tile_end_ns)) / 1e3},
           {"kernel_us", (double(st.kernel_end_ns) - double(~st.kernel_start_not_ns)) / 1e3}};
 }
@@ -564,15 +566,16 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel},
                                 {"host_enqueue_us_median_rank0", median(enqueue_us)}});
       if (!kernel.is_null())
-        std::printf("    rank 0 kernel: consumer busy %.0f us/CTA, of it staging wait %.2f%%; producer waits %.0f us/CTA; "
+        std::printf("    rank 0 kernel: consumer busy %.0f us/CTA (%%globaltimer: %.0f), of it staging wait %.2f%%; producer waits %.0f us/CTA; "
                     "storer drain %.0f us/CTA; tail %.0f us/CTA; K_act mean %.1f max %llu of %d CTAs; "
-                    "kernel %.0f us = head %.0f + tiles %.0f + tail %.0f; host enqueue %.0f us\n",
-                    kernel["consumer_us_per_cta"].get<double>(), 100 * kernel["staging_wait_fraction"].get<double>(),
+                    "kernel %.0f us = head %.0f + tiles %.0f + tail %.0f; CTAs finish within %.0f us; host enqueue %.0f us\n",
+                    kernel["consumer_us_per_cta"].get<double>(), kernel["consumer_timer_us_per_cta"].get<double>(),
+                    100 * kernel["staging_wait_fraction"].get<double>(),
                     kernel["producer_wait_us_per_cta"].get<double>(), kernel["storer_drain_us_per_cta"].get<double>(),
                     kernel["tail_us_per_cta"].get<double>(), kernel["K_act_mean"].get<double>(),
                     kernel["K_act_max"].get<unsigned long long>(), kernel["ctas"].get<int>(), kernel["kernel_us"].get<double>(),
                     kernel["head_us"].get<double>(), kernel["tiles_us"].get<double>(), kernel["tail_us"].get<double>(),
-                    median(enqueue_us));
+                    kernel["cta_finish_spread_us"].get<double>(), median(enqueue_us));
       if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
     }
   }

@@ -34,6 +34,10 @@ struct MoeKernelStats {
   // %globaltimer (ns, one clock for all SMs): the earliest CTA entry and first tile start are kept as their
   // bitwise complements under atomicMax (the record starts zeroed), the last tile end and kernel end as is.
   unsigned long long kernel_start_not_ns, first_tile_not_ns, last_tile_end_ns, kernel_end_ns;
+  // %globaltimer per CTA (consumer warpgroup 0): first tile start to last tile end, summed over CTAs (the
+  // clock64 total above converted at the SM clock measured afterwards is only as good as that clock), and the
+  // earliest CTA's last tile end (complemented, as above): how unevenly the CTAs finish.
+  unsigned long long consumer_ns, first_cta_done_not_ns;
 };
 
 // Everything a bounded wait needs to report a timeout.

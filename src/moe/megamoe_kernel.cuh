@@ -538,13 +538,16 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
   long long first_start = -1, last_end = 0;
-  unsigned long long staging_wait = 0;
+  unsigned long long staging_wait = 0, first_start_ns = 0;
   for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
     if (first_start < 0) {
       first_start = clock64();
-      if (tid == 0) atomicMax(&prm.stats->first_tile_not_ns, ~static_cast<unsigned long long>(global_timer_ns()));
+      if (tid == 0) {
+        first_start_ns = global_timer_ns();
+        atomicMax(&prm.stats->first_tile_not_ns, ~first_start_ns);
+      }
     }
     if constexpr (!C::kFp8) {
       // Mainloop: one wgmma batch per k-block, one batch in flight while the next stage is awaited.
@@ -676,7 +679,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   if (tid == 0) {
     if (first_start >= 0) {
       atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
-      atomicMax(&prm.stats->last_tile_end_ns, static_cast<unsigned long long>(global_timer_ns()));
+      const unsigned long long end_ns = global_timer_ns();
+      atomicAdd(&prm.stats->consumer_ns, end_ns - first_start_ns);
+      atomicMax(&prm.stats->last_tile_end_ns, end_ns);
+      atomicMax(&prm.stats->first_cta_done_not_ns, ~end_ns);
     }
     atomicAdd(&prm.stats->staging_wait_cycles, staging_wait);
     atomicAdd(&prm.stats->l1_tiles, static_cast<unsigned long long>(l1_tiles));

@@ -162,11 +162,12 @@ struct MegaMoeConfig {
 template <bool kHalfL2, int kClusterN = 1, int kClusterM = 1>
 using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN, kClusterM>;
 
-// With M-pairs a scheduler row has kClusterM · 128 rows and this CTA runs the rows from here on.
+// With M-pairs a scheduler row has kClusterM · 128 rows: the 128-row half this CTA runs (0 without), and the
+// first row of it inside the scheduler row.
 template <class C>
-__device__ __forceinline__ int cta_first_row_in_row() {
-  return C::kClusterM == 1 ? 0 : static_cast<int>(blockIdx.x % C::kClusterM) * C::kBlockM;
-}
+__device__ __forceinline__ int cta_m_half() { return static_cast<int>(blockIdx.x) % C::kClusterM; }
+template <class C>
+__device__ __forceinline__ int cta_first_row_in_row() { return cta_m_half<C>() * C::kBlockM; }
 
 template <class C>
 struct MegaMoeParams {
@@ -266,7 +267,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     auto [tAgA, tAsA] = tma_partition(tma_a, static_cast<int>(blockIdx.x) % C::kClusterN, Layout<Int<C::kClusterN>>{},
                                       group_modes<0, 2>(sA), group_modes<0, 2>(gA));
     // With M-pairs, this CTA loads its half of B's rows and the TMA multicasts them into both CTAs.
-    auto [tBgB, tBsB] = tma_partition(tma_b, static_cast<int>(blockIdx.x) % C::kClusterM, Layout<Int<C::kClusterM>>{},
+    auto [tBgB, tBsB] = tma_partition(tma_b, cta_m_half<C>(), Layout<Int<C::kClusterM>>{},
                                       group_modes<0, 2>(sB), group_modes<0, 2>(gB));
     const int k_blocks = size<2>(gA);
     for (int kb = 0; kb < k_blocks; ++kb) {
@@ -282,7 +283,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
-  const int rm = static_cast<int>(blockIdx.x) % C::kClusterM;  // this CTA's 128-row half of an M-pair's rows
+  const int rm = cta_m_half<C>();  // A's 128-row block index = scheduler row · kClusterM + rm
   unsigned long long wait_cycles = 0;
   for (TileWalk<Schedule, C> walk(sched); walk.next();) {
     const Tile t = walk.tile;

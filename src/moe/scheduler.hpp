@@ -89,6 +89,34 @@ struct ClusterTiling {
   }
 };
 
+// Mixed CTA pairs along M (--cluster-m 2): scheduler rows of 2·128 rows (MoeProblem::b_m = 256, every expert
+// padded to a multiple of 256), the schedules unchanged on the plain streams (P1, P2 pair tiles per row, one
+// instance per cluster). A row whose second 128-row half holds tokens is an *M-row*: CTA r runs half r of
+// n-block n' and the pair shares the weight (B) k-blocks. A row with tokens in its first half only is an
+// *N-row*: CTA r runs n-block 2·n' + r of the first half and the pair shares the activation (A) k-blocks, and
+// pair tiles n' >= P/2 are empty (both CTAs skip them). So an expert's last, partly filled rows cost what N-pairs
+// cost instead of a CTA computing padding. Needs even P1 and P2. l1_done / l2_done count CTA tiles: 2·P per
+// M-row, P per N-row (`cta_tiles_per_row`).
+struct MixedPairTiling {
+  static constexpr int kHalfRows = 128;
+  // Whether scheduler row m_block of an expert with rows_e rows (256-row blocks) is an M-row.
+  XSTAGE_HD static constexpr bool m_row(int rows_e, int m_block) { return rows_e - 2 * kHalfRows * m_block > kHalfRows; }
+  XSTAGE_HD static constexpr int cta_tiles_per_row(bool m_row, int P) { return m_row ? 2 * P : P; }
+  // CTA r's tile of pair tile `pair` (a valid tile of the plain streams with P n-blocks in its stage):
+  // sets `cta` (n_block) and `half` (0 or 1: which 128 rows of the scheduler row), false for an empty pair tile.
+  XSTAGE_HD static constexpr bool cta_tile(const Tile& pair, int r, bool m_row, int P, Tile& cta, int& half) {
+    cta = pair;
+    if (m_row) {
+      half = r;
+      return true;
+    }
+    half = 0;
+    if (2 * pair.n_block >= P) return false;
+    cta.n_block = 2 * pair.n_block + r;
+    return true;
+  }
+};
+
 template <class State>
 struct ScheduleStep {
   Tile tile;    // Stage::none: the instance has no more tiles

@@ -151,6 +151,62 @@ TEST(MoeScheduler, ClusterPairsCoverEveryTileOnceInLockstep) {
   EXPECT_TRUE(ClusterTiling{1}.divides(make_interleaved_schedule(odd, O.data(), 1, 1).streams));
 }
 
+// Mixed pairs (MixedPairTiling): scheduler rows of 256, each expert's rows_e split into M-rows (both halves,
+// sharing B) and at most one last N-row (first half only, sharing A, half the pair tiles empty). Every CTA tile
+// that holds rows — (stage, 128-row block, n-block) — exactly once over all clusters and both CTAs, none for a
+// half without rows, and both CTAs of a cluster on the same row and stage, skipping the same empty tiles.
+TEST(MoeScheduler, MixedPairsCoverEveryHalfRowTileOnceInLockstep) {
+  std::mt19937_64 rng(20261201);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int E_local = 1 + static_cast<int>(rng() % 9);
+    const int P1 = 2 * (1 + static_cast<int>(rng() % 4)), P2 = 2 * (1 + static_cast<int>(rng() % 4));
+    MoeProblem pr = problem_with(E_local, P1, P2);
+    pr.b_m = 2 * MixedPairTiling::kHalfRows;
+    std::vector<int> rows(E_local);
+    for (int& r : rows) r = std::vector<int>{0, 1, 128, 129, 256, 300, 600}[rng() % 7];
+    const std::vector<int> O = first_rows_from_counts(rows, pr.b_m);
+    const int Gs = std::vector<int>{1, 3, 66}[rng() % 3];
+    const std::string what = "trial " + std::to_string(trial) + " P1=" + std::to_string(P1) + " P2=" + std::to_string(P2) +
+                             " Gs=" + std::to_string(Gs) + " rows=" + std::to_string(O.back());
+    auto check = [&](const auto& s, const std::string& name) {
+      std::map<std::tuple<int, int, int>, int> seen;  // (stage, 128-row block, n-block)
+      for (int g = 0; g < s.Gs; ++g)
+        for (const Tile& pt : instance_sequence(s, g)) {
+          const int P = pt.stage == Stage::L1 ? P1 : P2;
+          const bool m_row = MixedPairTiling::m_row(rows[pt.expert], pt.m_block);
+          Tile c0, c1;
+          int h0 = -1, h1 = -1;
+          const bool v0 = MixedPairTiling::cta_tile(pt, 0, m_row, P, c0, h0), v1 = MixedPairTiling::cta_tile(pt, 1, m_row, P, c1, h1);
+          ASSERT_EQ(v0, v1) << name << what;
+          if (!v0) continue;
+          EXPECT_EQ(c0.row, c1.row) << name << what;
+          for (auto [c, h] : {std::pair{c0, h0}, std::pair{c1, h1}}) {
+            EXPECT_LT(c.n_block, P) << name << what;
+            ++seen[{static_cast<int>(c.stage), 2 * c.row + h, c.n_block}];
+          }
+        }
+      int half_rows = 0;  // 128-row blocks holding rows
+      for (int e = 0; e < E_local; ++e) half_rows += (rows[e] + MixedPairTiling::kHalfRows - 1) / MixedPairTiling::kHalfRows;
+      EXPECT_EQ(static_cast<int>(seen.size()), half_rows * (P1 + P2)) << name << what;
+      for (const auto& [key, n] : seen) {
+        EXPECT_EQ(n, 1) << name << what;
+        const int block = std::get<1>(key), p = block / 2;
+        int e = 0;
+        while (O[e + 1] <= p) ++e;
+        EXPECT_LT(MixedPairTiling::kHalfRows * (2 * (p - O[e]) + block % 2), rows[e]) << name << what << ": a half without rows";
+      }
+    };
+    check(make_interleaved_schedule(pr, O.data(), 2, Gs), "interleaved ");
+    check(make_expert_wave_schedule(pr, O.data(), 1 + trial % E_local, Gs, trial % 2), "wave ");
+  }
+  EXPECT_TRUE(MixedPairTiling::m_row(129, 0));
+  EXPECT_FALSE(MixedPairTiling::m_row(128, 0));
+  EXPECT_TRUE(MixedPairTiling::m_row(300, 0));
+  EXPECT_FALSE(MixedPairTiling::m_row(300, 1));  // 44 rows in its first half
+  EXPECT_EQ(MixedPairTiling::cta_tiles_per_row(true, 8), 16);
+  EXPECT_EQ(MixedPairTiling::cta_tiles_per_row(false, 8), 8);
+}
+
 TEST(MoeScheduler, AllExpertsEmptyGivesNoTiles) {
   const MoeProblem pr = problem_with(4, 2, 2);
   const std::vector<int> O(5, 0);

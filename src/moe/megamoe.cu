@@ -122,13 +122,17 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
     // neutral elsewhere (geomean 0.995), but the waves 1-2% and the pipelined waves 2-12% slower: the two
     // CTAs of a pair run in lockstep, so each waits for the other's dependencies as well as its own.
     cluster_n_ = opt_.cluster_n > 0 ? opt_.cluster_n : (pairs && opt_.schedule == MoeScheduleKind::interleaved ? 2 : 1);
-    // M-pairs: scheduler rows of 256 (every expert padded to a multiple of 256 rows), each CTA of the pair
-    // runs one 128-row half and loads half of every weight k-block, which the TMA multicasts into both.
+    // Mixed pairs along M (scheduler.hpp's MixedPairTiling): scheduler rows of 256; on rows with tokens in both
+    // halves each CTA runs one 128-row half and the pair shares every weight k-block by multicast, on an
+    // expert's last row with tokens in its first half only the pair shares A like the N-pairs. The ring stays
+    // the plain buffer below (the kernel's counter targets rely on it).
     require_input(opt_.cluster_m == 1 || opt_.cluster_m == 2, "MegaMoE: --cluster-m is 1 or 2 CTAs, got " + std::to_string(opt_.cluster_m));
     if (opt_.cluster_m == 2) {
       require_input(opt_.cluster_n != 2, "MegaMoE: CTA pairs along N (--cluster 2) and along M (--cluster-m 2) do not combine");
-      require_input(pr_.b_n == 256 && !half_l2_ && grid_ % 2 == 0,
-                    "MegaMoE: M-pairs need 128 x 256 tiles without a half-full Linear-2 block and an even number of SMs");
+      require_input(pr_.b_n == 256 && pairs,
+                    "MegaMoE: M-pairs need 128 x 256 tiles, even Linear-1 and Linear-2 n-block counts (P1 = " +
+                        std::to_string(pr_.P1_l1_n_blocks()) + ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) +
+                        (half_l2_ ? ", a half-full last block" : "") + ") and an even number of SMs");
       cluster_n_ = 1;
       cluster_m_ = 2;
       pr_.b_m = 2 * pr_.b_m;
@@ -226,7 +230,7 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   using LayoutB = typename C::SmemLayoutB;
   using E = typename C::Element;
   using OpA = typename C::TmaOpA;
-  constexpr int kMc = C::kClusterN;
+  constexpr int kMc = C::kClusterSize;
   prm.tma_a1 = make_tma<E, TmaA, LayoutA, typename C::TileShapeA, OpA, kMc>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
   using OpB = typename C::TmaOpB;
   constexpr int kMcB = C::kClusterM;

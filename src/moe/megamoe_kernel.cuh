@@ -69,10 +69,11 @@ inline constexpr int kDispatchUnitRows = 16;
 // empty barrier counts both CTAs' consumers (CUTLASS's PipelineTmaAsync with a cluster shape), because
 // either CTA's TMA writes into both shared memories.
 //
-// kClusterM = 2: M-pairs. The layer's scheduler rows are 256 rows (MoeProblem::b_m = 256, every expert padded to
-// a multiple of 256); CTA r of the pair runs rows [128·r, 128·r + 128) of each tile with its own A and loads half
-// of every B (weight) k-block, multicast into both: 32 instead of 48 KB per bf16 k-block per SM from L2, and each
-// weight tile is read once per pair. Both CTAs raise l1_done / l2_done per tile, so their targets double.
+// kClusterM = 2: mixed pairs along M (scheduler.hpp's MixedPairTiling). The layer's scheduler rows are 256 rows
+// (MoeProblem::b_m = 256). On an M-row CTA r runs rows [128·r, 128·r + 128) with its own A (both 64-row halves
+// loaded itself) and loads half of every B (weight) k-block, multicast into both: 32 instead of 48 KB per bf16
+// k-block per SM from L2, and each weight tile read once per pair. On an N-row (an expert's last row with rows in
+// its first half only) the pair shares A as the N-pairs do. Both kinds fill each stage with the same bytes.
 template <int kBlockN_, class Element_ = cute::bfloat16_t, bool kHalfL2_ = false, int kClusterN_ = 1, int kClusterM_ = 1>
 struct MegaMoeConfig {
   using Element = Element_;
@@ -139,12 +140,13 @@ struct MegaMoeConfig {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   static constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * int(sizeof(Element));  // A + B
   // Every GEMM operand is a row-major [rows][K] matrix: one TMA copy type per box shape. A is split over
-  // the cluster's CTAs (each loads kBlockM / kClusterN rows and multicasts them).
+  // the cluster's CTAs (each loads kBlockM / kClusterSize rows and multicasts them; mixed pairs' M-rows load both
+  // halves themselves), B over the M-pair's CTAs the same way.
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
-  using TmaOpA = std::conditional_t<kClusterN == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
+  using TmaOpA = std::conditional_t<kClusterSize == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaLoadA = decltype(cute::make_tma_copy(TmaOpA{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutA{}), TileShapeA{},
-                                                cute::Int<kClusterN>{}));
+                                                cute::Int<kClusterSize>{}));
   using TmaOpB = std::conditional_t<kClusterM == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaLoadB = decltype(cute::make_tma_copy(TmaOpB{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutB{}), TileShapeB{},
                                                 cute::Int<kClusterM>{}));
@@ -162,12 +164,6 @@ struct MegaMoeConfig {
 template <bool kHalfL2, int kClusterN = 1, int kClusterM = 1>
 using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN, kClusterM>;
 
-// With M-pairs a scheduler row has kClusterM · 128 rows: the 128-row half this CTA runs (0 without), and the
-// first row of it inside the scheduler row.
-template <class C>
-__device__ __forceinline__ int cta_m_half() { return static_cast<int>(blockIdx.x) % C::kClusterM; }
-template <class C>
-__device__ __forceinline__ int cta_first_row_in_row() { return cta_m_half<C>() * C::kBlockM; }
 
 template <class C>
 struct MegaMoeParams {
@@ -224,21 +220,51 @@ __device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams<C>&
 template <class T>
 __device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reinterpret_cast<T*>(base + offset); }
 
-// This CTA's tiles in schedule order: `for (TileWalk<Schedule, C> walk(sched); walk.next();) use(walk.tile);`.
+// This CTA's tiles in schedule order: `for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) use(walk.tile);`.
 // The producer, the storers and the consumers each walk the same sequence, with no shared state; the
-// instance is the cluster, and this CTA takes its n-block of each pair tile.
+// instance is the cluster, and this CTA takes its share of each pair tile: its n-block (N-pairs), or with
+// mixed pairs its half of an M-row or its n-block of an N-row (empty pair tiles skipped by both CTAs).
 template <class Schedule, class C>
 struct TileWalk {
   const Schedule& sched;
+  const int* counts;  // [P][E_local] (mixed pairs: an expert's rows decide each row's kind)
+  int P = 1, EL = 1, P1 = 1, P2 = 1;
   typename Schedule::State state;
   Tile tile;
-  __device__ explicit TileWalk(const Schedule& s) : sched(s), state(s.start(static_cast<int>(blockIdx.x) / C::kClusterSize)) {}
+  int half = 0;       // the 128-row half of the scheduler row this CTA runs (mixed pairs; else 0)
+  bool m_row = true;  // mixed pairs: the pair shares B (an M-row), else A (an N-row)
+  __device__ TileWalk(const Schedule& s, const MegaMoeSharedStorage<C>& smem, const MoeProblem& pr)
+      : sched(s), counts(smem.counts), P(pr.P_ranks), EL(pr.E_local()), P1(pr.P1_l1_n_blocks()), P2(pr.P2_l2_n_blocks()),
+        state(s.start(static_cast<int>(blockIdx.x) / C::kClusterSize)) {}
   __device__ bool next() {
-    const auto step = sched.next(state);
-    state = step.next;
-    tile = ClusterTiling{C::kClusterN}.cta_tile(step.tile, static_cast<int>(blockIdx.x) % C::kClusterN);
-    return tile.valid();
+    for (;;) {
+      const auto step = sched.next(state);
+      state = step.next;
+      if constexpr (C::kClusterM == 1) {
+        tile = ClusterTiling{C::kClusterN}.cta_tile(step.tile, static_cast<int>(blockIdx.x) % C::kClusterN);
+        return tile.valid();
+      } else {
+        if (!step.tile.valid()) {
+          tile = step.tile;
+          return false;
+        }
+        int rows_e = 0;
+        for (int s = 0; s < P; ++s) rows_e += counts[s * EL + step.tile.expert];
+        m_row = MixedPairTiling::m_row(rows_e, step.tile.m_block);
+        if (MixedPairTiling::cta_tile(step.tile, static_cast<int>(blockIdx.x) % 2, m_row,
+                                      step.tile.stage == Stage::L1 ? P1 : P2, tile, half))
+          return true;
+      }
+    }
   }
+  // CTA tiles that finish the L1 (or L2) stage of a scheduler row: what l1_done (l2_done) counts up to. Mixed
+  // pairs run on the plain ring (FusedMoeLayer: one slot per row, generation 0), where the kind of the row
+  // alone gives it.
+  __device__ std::uint32_t l1_target(int slots) const {
+    if constexpr (C::kClusterM == 1) return l1_done_target(tile.row, slots, P1);
+    else return MixedPairTiling::cta_tiles_per_row(m_row, P1);
+  }
+  __device__ int first_row() const { return half * C::kBlockM; }  // of this CTA's rows inside the scheduler row
 };
 
 // ---- roles -----------------------------------------------------------------------------------------
@@ -260,51 +286,76 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   }();
   auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
 
-  auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block) {
+  // `shared_b`: mixed pairs' M-row (A loaded whole by each CTA, B split and multicast); else A is split over
+  // the pair (N-pairs, mixed pairs' N-rows) or not at all (one CTA per tile), and B loaded whole.
+  auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block,
+                       bool shared_b) {
     Tensor gA = local_tile(mA, typename C::TileShapeA{}, make_coord(a_block, _));  // (128, 64, k-blocks)
     Tensor gB = local_tile(mB, typename C::TileShapeB{}, make_coord(b_block, _));  // (b_n, 64, k-blocks)
-    // With a CTA pair, this CTA loads its half of A's rows and the TMA multicasts them into both CTAs.
-    auto [tAgA, tAsA] = tma_partition(tma_a, static_cast<int>(blockIdx.x) % C::kClusterN, Layout<Int<C::kClusterN>>{},
-                                      group_modes<0, 2>(sA), group_modes<0, 2>(gA));
-    // With M-pairs, this CTA loads its half of B's rows and the TMA multicasts them into both CTAs.
-    auto [tBgB, tBsB] = tma_partition(tma_b, cta_m_half<C>(), Layout<Int<C::kClusterM>>{},
-                                      group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+    const int r = static_cast<int>(blockIdx.x) % C::kClusterSize;
+    // Share x of A (B) for split operands: the TMA copy divides the box over kClusterSize (kClusterM) CTAs.
+    auto part_a = [&](int x) {
+      return tma_partition(tma_a, x, Layout<Int<C::kClusterSize>>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+    };
+    auto part_b = [&](int x) {
+      return tma_partition(tma_b, x, Layout<Int<C::kClusterM>>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+    };
+    auto [tAgA, tAsA] = part_a(r);
+    auto [tBgB, tBsB] = part_b(C::kClusterM == 1 ? 0 : r);
     const int k_blocks = size<2>(gA);
+    // with() binds references
+    [[maybe_unused]] const std::uint16_t all = C::kMulticastMask, self = static_cast<std::uint16_t>(1u << r), none = 0;
+    const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;
     for (int kb = 0; kb < k_blocks; ++kb) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
-      // with() binds references
-      const std::uint16_t mask_a = C::kClusterN > 1 ? C::kMulticastMask : 0, mask_b = C::kClusterM > 1 ? C::kMulticastMask : 0;
-      const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;
-      copy(tma_a.with(*bar, mask_a), tAgA(_, kb), tAsA(_, state.index()));
-      copy(tma_b.with(*bar, mask_b, weight_hint), tBgB(_, kb), tBsB(_, state.index()));
+      const int stage = state.index();
+      if constexpr (C::kClusterM == 1) {  // one CTA per tile, or N-pairs sharing A
+        copy(tma_a.with(*bar, C::kClusterN > 1 ? all : none), tAgA(_, kb), tAsA(_, stage));
+        copy(tma_b.with(*bar, none, weight_hint), tBgB(_, kb), tBsB(_, stage));
+      } else if (shared_b) {              // mixed pairs, M-row: both halves of A to itself, its half of B to both
+        for (int x = 0; x < 2; ++x) {
+          auto [g, s] = part_a(x);
+          copy(tma_a.with(*bar, self), g(_, kb), s(_, stage));
+        }
+        copy(tma_b.with(*bar, all, weight_hint), tBgB(_, kb), tBsB(_, stage));
+      } else {                            // mixed pairs, N-row: its half of A to both, both halves of B to itself
+        copy(tma_a.with(*bar, all), tAgA(_, kb), tAsA(_, stage));
+        for (int x = 0; x < 2; ++x) {
+          auto [g, s] = part_b(x);
+          copy(tma_b.with(*bar, self, weight_hint), g(_, kb), s(_, stage));
+        }
+      }
       ++state;
     }
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
-  const int rm = cta_m_half<C>();  // A's 128-row block index = scheduler row · kClusterM + rm
   unsigned long long wait_cycles = 0;
-  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
     const Tile t = walk.tile;
     const int slot = w.ring.slot(t.row);
     const long long t0 = clock64();
     if (t.stage == Stage::L1) {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.dispatch_ready(t.row)), pr.b_m,
                           MoeWait::dispatch_ready, t.row);
-      if (w.ring.generation(t.row) > 0)
+      // A reused ring slot (not with mixed pairs: they run on the plain ring, see TileWalk::l1_target).
+      if (C::kClusterM == 1 && w.ring.generation(t.row) > 0)
         wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l2_done(slot)),
-                            C::kClusterM * slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
+                            slot_free_target(t.row, w.ring.slots, pr.P2_l2_n_blocks()), MoeWait::l2_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      load_tile(prm.tma_a1, mA1, t.row * C::kClusterM + rm, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block);
+      // A in 128-row blocks: block row·kClusterM + half is this CTA's half of the scheduler row.
+      load_tile(prm.tma_a1, mA1, t.row * C::kClusterM + walk.half, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block,
+                walk.m_row);
     } else {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
-                          C::kClusterM * l1_done_target(t.row, w.ring.slots, pr.P1_l1_n_blocks()), MoeWait::l1_done, slot);
+                          walk.l1_target(w.ring.slots), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      if constexpr (C::kHalfL2) load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block);
-      else load_tile(prm.tma_a2, mA2, slot * C::kClusterM + rm, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+      if constexpr (C::kHalfL2) load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block, false);
+      else load_tile(prm.tma_a2, mA2, slot * C::kClusterM + walk.half, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block,
+                     walk.m_row);
     }
   }
   atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
@@ -396,7 +447,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
-  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
     const Tile t = walk.tile;
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
@@ -411,7 +462,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
     // read earlier they could be the previous call's.
     const RowSource* sources = at<const RowSource>(
-        prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m + cta_first_row_in_row<C>()));
+        prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m + walk.first_row()));
     RowSource rs[4] = {};
 #pragma unroll
     for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
@@ -517,7 +568,6 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
       moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
   const int r0 = get<0>(tCcC(0));  // this thread's rows: r0 (value bit 1 clear) and r0 + 8 (set)
-  const int cta_row0 = cta_first_row_in_row<C>();  // of the scheduler row (M-pairs: 0 or 128)
   [[maybe_unused]] auto tmp = [&] {
     if constexpr (C::kFp8) {
       // The half accumulator is the tile's first kAcc/2 values, column for column, so half h of the tile is
@@ -540,8 +590,9 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
   long long first_start = -1, last_end = 0;
   unsigned long long staging_wait = 0, first_start_ns = 0;
-  for (TileWalk<Schedule, C> walk(sched); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
     const Tile t = walk.tile;
+    const int cta_row0 = walk.first_row();  // this CTA's rows inside the scheduler row (mixed pairs: 0 or 128)
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
     if (first_start < 0) {
       first_start = clock64();

@@ -33,7 +33,7 @@ step "the fused kernel with one CTA per tile (--cluster 1; the check above runs 
 timed "check one CTA per tile" -- "$X" moe check --gpus "$GPUS" --cluster 1 \
   --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved || failures=$((failures+1))
 
-step "the fused kernel on M-pairs (--cluster-m 2: two CTAs share each weight k-block; cases with a half-full block skip)"
+step "the fused kernel on mixed pairs (--cluster-m 2; the cases with odd n-block counts skip)"
 timed "check M-pairs" -- "$X" moe check --gpus "$GPUS" --cluster-m 2 \
   --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved || failures=$((failures+1))
 
@@ -50,7 +50,7 @@ for tool in memcheck racecheck; do
     --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
   rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
-    "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty --cluster-m 2 --impl megamoe-wave,megamoe-interleaved \
+    "$X" moe check --gpus "$GPUS" --cases k6-pairs-balanced,k4-skewed-i256 --cluster-m 2 --impl megamoe-wave,megamoe-interleaved \
     --device-timeout-s 300 > "$OUT/work/$tool-m-pairs.log" 2>&1
   rc=$?; tail -n 3 "$OUT/work/$tool-m-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
 done

@@ -223,7 +223,9 @@ struct CheckCase {
 // h_inter multiples of 128 (its scale block); the cases with h a multiple of 256 and h_inter of 128 (the
 // fused fp8 kernel's b_n = 256) cover all of the above for fp8 too: k1..k8 (k4-skewed-i256,
 // k5-empty-experts-i128 and k7-skewed-i128 stand in for the three bf16-only ones); k3-h384-half-block gives
-// the fp8 kernel (b_n = 256) a half-full last Linear-2 block in every row.
+// the fp8 kernel (b_n = 256) a half-full last Linear-2 block in every row. The *-pairs cases have even Linear-1
+// and Linear-2 n-block counts at b_n = 256 (h a multiple of 512, h_inter of 256), which mixed CTA pairs
+// (--cluster-m 2) need, and experts whose last 256-row block has rows in one half only (N-rows) or in both.
 const std::vector<CheckCase> kCheckCases = {
     {"k1-skewed", 8, 1, 256, 128, 77, 1.5},   {"k2-balanced", 8, 2, 256, 128, 200, -1},
     {"k3-one-token", 16, 3, 256, 128, 1, 1.0}, {"k4-skewed-i192", 16, 4, 384, 192, 130, 1.2},
@@ -233,6 +235,9 @@ const std::vector<CheckCase> kCheckCases = {
     {"k4-skewed-i256", 16, 4, 512, 256, 130, 1.2}, {"k5-empty-experts-i128", 64, 5, 256, 128, 3, -1},
     {"k7-skewed-i128", 8, 7, 256, 128, 129, 1.2},
     {"k3-h384-half-block", 16, 3, 384, 128, 150, 1.0},  // fp8 (b_n = 256): each row's last Linear-2 block half full
+    {"k6-pairs-balanced", 8, 6, 512, 256, 200, -1},     // 300 rows per expert: one full 256-row block, one N-row
+    {"k8-pairs-skewed", 32, 8, 512, 256, 257, 1.2},
+    {"k3-pairs-hot", 8, 3, 512, 512, 190, 3.0},
 };
 
 struct CheckRankResult {

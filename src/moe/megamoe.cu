@@ -245,6 +245,15 @@ void FusedMoeLayer::launch(const LayerInputs& in, LayerOutput& out, cudaStream_t
   } else {
     prm.tma_b2 = make_tma<E, TmaB, LayoutB, typename C::TileShapeB, OpB, kMcB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
   }
+  if constexpr (C::kClusterM == 2) {  // mixed pairs: the undivided descriptors as well
+    using AW = typename C::TmaLoadAWhole;
+    using BW = typename C::TmaLoadBWhole;
+    prm.tma_a1_whole = make_tma<E, AW, LayoutA, typename C::TileShapeA>(local + window_.dispatch.region.offset_bytes, window_.dispatch.capacity_rows, h);
+    prm.tma_a2_whole = make_tma<E, AW, LayoutA, typename C::TileShapeA>(local + window_.ring.region.offset_bytes,
+                                                                       static_cast<std::int64_t>(window_.ring.slots) * pr_.b_m, I);
+    prm.tma_b1_whole = make_tma<E, BW, LayoutB, typename C::TileShapeB>(in.W1.get(), static_cast<std::int64_t>(EL) * 2 * I, h);
+    prm.tma_b2_whole = make_tma<E, BW, LayoutB, typename C::TileShapeB>(in.W2.get(), static_cast<std::int64_t>(EL) * h, I);
+  }
   if constexpr (C::kFp8) {
     // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
     require_input(in.W1_scales.bytes() > 0 && in.W2_scales.bytes() > 0, "MegaMoE fp8: the inputs carry no weight scales");

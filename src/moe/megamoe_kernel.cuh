@@ -159,6 +159,13 @@ struct MegaMoeConfig {
                                        decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorExperts{},
                                                                     cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{})),
                                        TmaLoadB>;  // else W2 as one [E_local·h][h_inter] matrix, like W1
+  // Mixed pairs load the operand they do not share whole, through a second, undivided copy of each descriptor
+  // (two half-box loads instead made the producer spill: fp8 interleaved 156 instead of 60 bytes, run38).
+  struct NoTma {};
+  using TmaLoadAWhole = std::conditional_t<kClusterM == 2, decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                           cute::take<0, 2>(SmemLayoutA{}), TileShapeA{}, cute::_1{})), NoTma>;
+  using TmaLoadBWhole = std::conditional_t<kClusterM == 2, decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                           cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{})), NoTma>;
 };
 
 template <bool kHalfL2, int kClusterN = 1, int kClusterM = 1>
@@ -189,6 +196,8 @@ struct MegaMoeParams {
   typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
   typename C::TmaLoadB tma_b1;          // W1
   typename C::TmaLoadW2 tma_b2;         // W2 (per expert with kHalfL2)
+  typename C::TmaLoadAWhole tma_a1_whole, tma_a2_whole;  // mixed pairs only: undivided A and B
+  typename C::TmaLoadBWhole tma_b1_whole, tma_b2_whole;
 };
 
 template <class C>
@@ -201,6 +210,7 @@ struct MegaMoeSharedStorage {
   alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
+  std::uint32_t n_row_last[C::kMaxLocalExperts / 32];  // mixed pairs: bit e = expert e's last row is an N-row
   int routing_ok;                           // every source published this call, and its rows fit
 };
 
@@ -220,22 +230,20 @@ __device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams<C>&
 template <class T>
 __device__ __forceinline__ T* at(char* base, std::int64_t offset) { return reinterpret_cast<T*>(base + offset); }
 
-// This CTA's tiles in schedule order: `for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) use(walk.tile);`.
+// This CTA's tiles in schedule order: `for (TileWalk<Schedule, C> walk(sched, smem); walk.next();) use(walk.tile);`.
 // The producer, the storers and the consumers each walk the same sequence, with no shared state; the
 // instance is the cluster, and this CTA takes its share of each pair tile: its n-block (N-pairs), or with
 // mixed pairs its half of an M-row or its n-block of an N-row (empty pair tiles skipped by both CTAs).
 template <class Schedule, class C>
 struct TileWalk {
   const Schedule& sched;
-  const int* counts;  // [P][E_local] (mixed pairs: an expert's rows decide each row's kind)
-  int P = 1, EL = 1, P1 = 1, P2 = 1;
+  const std::uint32_t* n_row_last;  // mixed pairs: which experts end in an N-row (MegaMoeSharedStorage)
   typename Schedule::State state;
   Tile tile;
   int half = 0;       // the 128-row half of the scheduler row this CTA runs (mixed pairs; else 0)
   bool m_row = true;  // mixed pairs: the pair shares B (an M-row), else A (an N-row)
-  __device__ TileWalk(const Schedule& s, const MegaMoeSharedStorage<C>& smem, const MoeProblem& pr)
-      : sched(s), counts(smem.counts), P(pr.P_ranks), EL(pr.E_local()), P1(pr.P1_l1_n_blocks()), P2(pr.P2_l2_n_blocks()),
-        state(s.start(static_cast<int>(blockIdx.x) / C::kClusterSize)) {}
+  __device__ TileWalk(const Schedule& s, const MegaMoeSharedStorage<C>& smem)
+      : sched(s), n_row_last(smem.n_row_last), state(s.start(static_cast<int>(blockIdx.x) / C::kClusterSize)) {}
   __device__ bool next() {
     for (;;) {
       const auto step = sched.next(state);
@@ -248,11 +256,10 @@ struct TileWalk {
           tile = step.tile;
           return false;
         }
-        int rows_e = 0;
-        for (int s = 0; s < P; ++s) rows_e += counts[s * EL + step.tile.expert];
-        m_row = MixedPairTiling::m_row(rows_e, step.tile.m_block);
+        const int e = step.tile.expert;
+        m_row = step.tile.row + 1 < sched.streams.rows.first_row[e + 1] || !((n_row_last[e / 32] >> (e % 32)) & 1u);
         if (MixedPairTiling::cta_tile(step.tile, static_cast<int>(blockIdx.x) % 2, m_row,
-                                      step.tile.stage == Stage::L1 ? P1 : P2, tile, half))
+                                      step.tile.stage == Stage::L1 ? sched.streams.P1 : sched.streams.P2, tile, half))
           return true;
       }
     }
@@ -261,8 +268,8 @@ struct TileWalk {
   // pairs run on the plain ring (FusedMoeLayer: one slot per row, generation 0), where the kind of the row
   // alone gives it.
   __device__ std::uint32_t l1_target(int slots) const {
-    if constexpr (C::kClusterM == 1) return l1_done_target(tile.row, slots, P1);
-    else return MixedPairTiling::cta_tiles_per_row(m_row, P1);
+    if constexpr (C::kClusterM == 1) return l1_done_target(tile.row, slots, sched.streams.P1);
+    else return MixedPairTiling::cta_tiles_per_row(m_row, sched.streams.P1);
   }
   __device__ int first_row() const { return half * C::kBlockM; }  // of this CTA's rows inside the scheduler row
 };
@@ -286,53 +293,51 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   }();
   auto state = cutlass::make_producer_start_state<typename C::Pipeline>();
 
-  // `shared_b`: mixed pairs' M-row (A loaded whole by each CTA, B split and multicast); else A is split over
-  // the pair (N-pairs, mixed pairs' N-rows) or not at all (one CTA per tile), and B loaded whole.
-  auto load_tile = [&](auto const& tma_a, auto const& mA, int a_block, auto const& tma_b, auto const& mB, int b_block,
-                       bool shared_b) {
+  // Mixed pairs: the undivided descriptors' coordinate tensors (unused otherwise).
+  auto whole = [&](auto const& tma, auto shape) {
+    if constexpr (C::kClusterM == 2) return tma.get_tma_tensor(shape);
+    else return 0;
+  };
+  auto mA1w = whole(prm.tma_a1_whole, make_shape(int32_t(w.dispatch.capacity_rows), pr.h_hidden));
+  auto mB1w = whole(prm.tma_b1_whole, make_shape(EL * 2 * pr.h_inter, pr.h_hidden));
+  auto mA2w = whole(prm.tma_a2_whole, make_shape(w.ring.slots * pr.b_m, pr.h_inter));
+  auto mB2w = whole(prm.tma_b2_whole, make_shape(EL * pr.h_hidden, pr.h_inter));
+
+  // One tile's k-blocks into the pipeline: A as share a_idx of a_parts CTAs (one TMA copy, multicast to a_mask),
+  // B likewise.
+  auto load = [&](auto const& tma_a, auto const& mA, int a_block, auto a_parts, int a_idx, std::uint16_t a_mask,
+                  auto const& tma_b, auto const& mB, int b_block, auto b_parts, int b_idx, std::uint16_t b_mask) {
     Tensor gA = local_tile(mA, typename C::TileShapeA{}, make_coord(a_block, _));  // (128, 64, k-blocks)
     Tensor gB = local_tile(mB, typename C::TileShapeB{}, make_coord(b_block, _));  // (b_n, 64, k-blocks)
-    const int r = static_cast<int>(blockIdx.x) % C::kClusterSize;
-    // Share x of A (B) for split operands: the TMA copy divides the box over kClusterSize (kClusterM) CTAs.
-    auto part_a = [&](int x) {
-      return tma_partition(tma_a, x, Layout<Int<C::kClusterSize>>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
-    };
-    auto part_b = [&](int x) {
-      return tma_partition(tma_b, x, Layout<Int<C::kClusterM>>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
-    };
-    auto [tAgA, tAsA] = part_a(r);
-    auto [tBgB, tBsB] = part_b(C::kClusterM == 1 ? 0 : r);
+    auto [tAgA, tAsA] = tma_partition(tma_a, a_idx, Layout<decltype(a_parts)>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+    auto [tBgB, tBsB] = tma_partition(tma_b, b_idx, Layout<decltype(b_parts)>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+    const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;  // with() binds references
     const int k_blocks = size<2>(gA);
-    // with() binds references
-    [[maybe_unused]] const std::uint16_t all = C::kMulticastMask, self = static_cast<std::uint16_t>(1u << r), none = 0;
-    const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;
     for (int kb = 0; kb < k_blocks; ++kb) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
-      const int stage = state.index();
-      if constexpr (C::kClusterM == 1) {  // one CTA per tile, or N-pairs sharing A
-        copy(tma_a.with(*bar, C::kClusterN > 1 ? all : none), tAgA(_, kb), tAsA(_, stage));
-        copy(tma_b.with(*bar, none, weight_hint), tBgB(_, kb), tBsB(_, stage));
-      } else if (shared_b) {              // mixed pairs, M-row: both halves of A to itself, its half of B to both
-        for (int x = 0; x < 2; ++x) {
-          auto [g, s] = part_a(x);
-          copy(tma_a.with(*bar, self), g(_, kb), s(_, stage));
-        }
-        copy(tma_b.with(*bar, all, weight_hint), tBgB(_, kb), tBsB(_, stage));
-      } else {                            // mixed pairs, N-row: its half of A to both, both halves of B to itself
-        copy(tma_a.with(*bar, all), tAgA(_, kb), tAsA(_, stage));
-        for (int x = 0; x < 2; ++x) {
-          auto [g, s] = part_b(x);
-          copy(tma_b.with(*bar, self, weight_hint), g(_, kb), s(_, stage));
-        }
-      }
+      copy(tma_a.with(*bar, a_mask), tAgA(_, kb), tAsA(_, state.index()));
+      copy(tma_b.with(*bar, b_mask, weight_hint), tBgB(_, kb), tBsB(_, state.index()));
       ++state;
     }
+  };
+  // One CTA per tile: both whole. N-pairs: A split and multicast. Mixed pairs: on an M-row A whole and B split
+  // and multicast, on an N-row A split and multicast and B whole.
+  const int r = static_cast<int>(blockIdx.x) % C::kClusterSize;
+  const std::uint16_t all = C::kMulticastMask;
+  auto load_tile = [&](bool m_row, auto const& tma_a, auto const& mA, auto const& tma_a_whole, auto const& mA_whole, int a_block,
+                       auto const& tma_b, auto const& mB, auto const& tma_b_whole, auto const& mB_whole, int b_block) {
+    if constexpr (C::kClusterM == 1)
+      load(tma_a, mA, a_block, Int<C::kClusterN>{}, r, C::kClusterN > 1 ? all : 0, tma_b, mB, b_block, _1{}, 0, 0);
+    else if (m_row)
+      load(tma_a_whole, mA_whole, a_block, _1{}, 0, 0, tma_b, mB, b_block, _2{}, r, all);
+    else
+      load(tma_a, mA, a_block, _2{}, r, all, tma_b_whole, mB_whole, b_block, _1{}, 0, 0);
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   unsigned long long wait_cycles = 0;
-  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem); walk.next();) {
     const Tile t = walk.tile;
     const int slot = w.ring.slot(t.row);
     const long long t0 = clock64();
@@ -346,16 +351,19 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
       // A in 128-row blocks: block row·kClusterM + half is this CTA's half of the scheduler row.
-      load_tile(prm.tma_a1, mA1, t.row * C::kClusterM + walk.half, prm.tma_b1, mB1, t.expert * pr.P1_l1_n_blocks() + t.n_block,
-                walk.m_row);
+      load_tile(walk.m_row, prm.tma_a1, mA1, prm.tma_a1_whole, mA1w, t.row * C::kClusterM + walk.half,
+                prm.tma_b1, mB1, prm.tma_b1_whole, mB1w, t.expert * pr.P1_l1_n_blocks() + t.n_block);
     } else {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
                           walk.l1_target(w.ring.slots), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += clock64() - t0;
-      if constexpr (C::kHalfL2) load_tile(prm.tma_a2, mA2, slot, prm.tma_b2, mB2(_, _, t.expert), t.n_block, false);
-      else load_tile(prm.tma_a2, mA2, slot * C::kClusterM + walk.half, prm.tma_b2, mB2, t.expert * pr.P2_l2_n_blocks() + t.n_block,
-                     walk.m_row);
+      if constexpr (C::kHalfL2)
+        load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot, prm.tma_b2, mB2(_, _, t.expert), prm.tma_b2_whole, mB2w,
+                  t.n_block);
+      else
+        load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot * C::kClusterM + walk.half,
+                  prm.tma_b2, mB2, prm.tma_b2_whole, mB2w, t.expert * pr.P2_l2_n_blocks() + t.n_block);
     }
   }
   atomicAdd(&prm.stats->producer_wait_cycles, wait_cycles);
@@ -447,7 +455,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
   int j = 0;  // this CTA's L2 tiles so far
-  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem); walk.next();) {
     const Tile t = walk.tile;
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
@@ -590,7 +598,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
   long long first_start = -1, last_end = 0;
   unsigned long long staging_wait = 0, first_start_ns = 0;
-  for (TileWalk<Schedule, C> walk(sched, smem, pr); walk.next();) {
+  for (TileWalk<Schedule, C> walk(sched, smem); walk.next();) {
     const Tile t = walk.tile;
     const int cta_row0 = walk.first_row();  // this CTA's rows inside the scheduler row (mixed pairs: 0 or 128)
     const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
@@ -820,6 +828,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
     cute::prefetch_tma_descriptor(prm.tma_b1.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_a2.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_b2.get_tma_descriptor());
+    if constexpr (C::kClusterM == 2) {
+      cute::prefetch_tma_descriptor(prm.tma_a1_whole.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(prm.tma_b1_whole.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(prm.tma_a2_whole.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(prm.tma_b2_whole.get_tma_descriptor());
+    }
   }
   __syncthreads();
   // 2. Counts of every source for the local experts, and the scheduler rows O_e.
@@ -829,11 +843,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   __syncthreads();
   if (threadIdx.x == 0) {
     std::int64_t acc = 0;
+    for (int e = 0; e < C::kMaxLocalExperts / 32; ++e) smem.n_row_last[e] = 0;
     for (int e = 0; e < EL; ++e) {
       smem.first_row[e] = static_cast<int>(acc);
       std::int64_t rows = 0;
       for (int s = 0; s < P; ++s) rows += smem.counts[s * EL + e];
-      acc += m_blocks(static_cast<int>(rows < (1 << 30) ? rows : (1 << 30)), pr.b_m);
+      const int rows_e = static_cast<int>(rows < (1 << 30) ? rows : (1 << 30)), blocks = m_blocks(rows_e, pr.b_m);
+      acc += blocks;
+      if (C::kClusterM == 2 && blocks > 0 && !MixedPairTiling::m_row(rows_e, blocks - 1)) smem.n_row_last[e / 32] |= 1u << (e % 32);
     }
     smem.first_row[EL] = static_cast<int>(acc);
     if (!w.dispatch.fits(acc * pr.b_m)) {

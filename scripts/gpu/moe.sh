@@ -59,12 +59,14 @@ step "bad input gives a clear error"
 "$X" moe bench --gpus "$GPUS" --filter no-such-config; echo "exit $? (want 2)"
 "$X" moe check --gpus "$GPUS" --impl megamoe-fast; echo "exit $? (want 2)"
 
-step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER}"
-timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --out "$OUT/work/bench.json" \
-  || failures=$((failures+1))
+# One seed for both benches, so their skewed configurations route alike and the two columns pair up.
+SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER} --seed $SEED"
+timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --seed "$SEED" \
+  --out "$OUT/work/bench.json" || failures=$((failures+1))
 
 step "the same bench with the fused kernel on M-pairs (--cluster-m 2; configurations with a half-full block skip)"
-timed "bench M-pairs" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --cluster-m 2 \
+timed "bench M-pairs" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --seed "$SEED" --cluster-m 2 \
   --out "$OUT/work/bench-m-pairs.json" || failures=$((failures+1))
 
 tar -C "$OUT/work" -czf "$OUT/moe.tar.gz" . && rm -rf "$OUT/work"

@@ -69,7 +69,7 @@ struct MoeArgs {
   int wave_experts = 0;      // megamoe-wave size (0 = heuristic)
   double device_timeout_s = 10;
   int tile_n = 0;            // 0 = auto (256 where the shape allows it)
-  int cluster_m = 1;         // fused kernel: 2 = M-pairs sharing the weight tile by multicast
+  int cluster_m = 1;         // fused kernel: 2 = M-pairs (scheduler.hpp's MixedPairTiling)
   int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = FusedMoeOptions' automatic choice)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
@@ -662,8 +662,8 @@ void add_moe_command(CLI::App& app) {
         ->check(CLI::IsMember({1, 2}));
     cmd->add_option("--cluster-m", args->cluster_m,
                     "fused kernel: 2 = M-pairs (2x1 clusters on the two 128-row halves of 256-row blocks of one expert,\n"
-                    "sharing each weight k-block by TMA multicast; every expert padded to 256 rows; 128x256 tiles only).\n"
-                    "Default 1")
+                    "sharing each weight k-block by TMA multicast; an expert's last block with rows in one half only\n"
+                    "shares the activation k-blocks instead; 128x256 tiles, even n-block counts). Default 1")
         ->check(CLI::IsMember({1, 2}));
     cmd->add_option("--dtype", args->dtypes,
                     "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"

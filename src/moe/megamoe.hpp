@@ -31,7 +31,7 @@ struct FusedMoeOptions {
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
   int wave_lag = 0;               // expert-wave λ: 0 = the paper's baseline, 1 = pipelined waves (scheduler.hpp)
   int cluster_n = 0;              // CTAs per cluster sharing A by multicast: 1, 2, or 0 = pairs for the interleaved schedule where the tiles pair up
-  int cluster_m = 1;              // 2: M-pairs, two CTAs on the 128-row halves of 256-row scheduler rows sharing B (the weights) by multicast
+  int cluster_m = 1;              // 2: M-pairs on 256-row scheduler rows (scheduler.hpp's MixedPairTiling: share B, or A on an expert's half-empty last row)
   double capacity_slack = 0.0;    // dispatch capacity = expected load × slack; 0 = worst case (never overflows)
   double timeout_s = 10.0;        // every device-side wait
 };
@@ -55,8 +55,6 @@ class FusedMoeLayer final : public MoeLayerImpl {
   int D_rows() const { return D_rows_; }
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }
-  int cluster_n() const { return cluster_n_; }
-  int cluster_m() const { return cluster_m_; }
 
  private:
   // Calls f(std::type_identity<Config>{}) with the kernel configuration this layer runs.

@@ -96,6 +96,7 @@ struct MegaMoeConfig {
   static constexpr cute::TMA::CacheHintSm90 kWeightCacheHint =
       kFp8 ? cute::TMA::CacheHintSm90::EVICT_FIRST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 128 / int(sizeof(Element));
+  static_assert(kClusterM == 1 || kBlockM == MixedPairTiling::kHalfRows, "an M-pair's CTA runs one half of a scheduler row");
   static_assert(kBlockN == 128 || kBlockN == 256, "b_n is 128 or 256");
   static_assert(!kFp8 || kBlockN == 256, "fp8: L1 tiles of 256 columns own whole 128-column activation scale blocks");
   static_assert(!kHalfL2 || kBlockN == 256, "a half-full Linear-2 block is half of a 256-wide tile");

@@ -7,6 +7,14 @@
 # shared-memory traffic, the SM clock. Also a plain `xstage moe bench` of the same config (times and the
 # kernel's own statistics at P = 1, to compare with the 2-GPU run).
 #   MOE_PROFILE_IMPL  fused implementations to profile (default: megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved)
+#   MOE_PROFILE_ARGS  extra bench options for the fused runs (e.g. "--cluster-m 2")
+#   NCU_REPLAY        ncu --replay-mode: kernel (default) or application. Neither profiles the kernels launched
+#                     as cooperative clusters (CTA pairs, M-pairs): kernel replay fails with LaunchFailed, application
+#                     replay with an illegal instruction (results/h200x2/moe/run43-ncu-m-pairs). A binary built with
+#                     that folder's noncoop.patch (the same launch without the cooperative attribute) profiles them.
+#   MOE_PROFILE_UNFUSED  1 (default) also profiles the unfused layer's cuBLAS GEMMs; 0 skips it
+#   NCU_SECTIONS      ncu sections (default: SpeedOfLight MemoryWorkloadAnalysis ComputeWorkloadAnalysis Occupancy
+#                     WarpStateStats); empty: the raw counters of the metrics list only
 # Writes ${OUT:-out}/moe_profile.log and moe_profile.tar.gz (bench.json, <impl>.ncu-rep and its details as text).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,9 +24,11 @@ exec > >(tee "$OUT/moe_profile.log") 2>&1
 X="$XSTAGE_BIN_DIR/xstage"
 CONFIG=configs/moe_profile_p1.json
 IMPLS=${MOE_PROFILE_IMPL:-megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
-NCU=(ncu --clock-control none --target-processes all --section SpeedOfLight --section MemoryWorkloadAnalysis
-     --section ComputeWorkloadAnalysis --section Occupancy
-     --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,lts__t_bytes.sum)
+read -r -a ARGS <<< "${MOE_PROFILE_ARGS:-}"
+read -r -a SECTIONS <<< "${NCU_SECTIONS-SpeedOfLight MemoryWorkloadAnalysis ComputeWorkloadAnalysis Occupancy WarpStateStats}"
+NCU=(ncu --replay-mode "${NCU_REPLAY:-kernel}" --clock-control none --target-processes all)
+for s in "${SECTIONS[@]}"; do NCU+=(--section "$s"); done
+NCU+=(--metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__m_xbar2l1tex_read_bytes.sum)
 failures=0
 
 step "machine"
@@ -26,25 +36,27 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.l
 ncu --version | tail -1
 
 step "bench at P = 1 (times, kernel statistics)"
-timed "bench" -- "$X" moe bench --gpus 1 --config "$CONFIG" --impl "unfused-loop,$IMPLS" \
+timed "bench" -- "$X" moe bench --gpus 1 --config "$CONFIG" --impl "unfused-loop,$IMPLS" "${ARGS[@]}" \
   --out "$OUT/profile/bench.json" || failures=$((failures+1))
 
 IFS=',' read -r -a IMPL_LIST <<< "$IMPLS"
 for impl in "${IMPL_LIST[@]}"; do
   step "ncu: $impl (the 3rd launch: after the untimed first run and one warm-up call)"
   timed "ncu $impl" -- "${NCU[@]}" -k regex:megamoe_kernel --launch-skip 2 --launch-count 1 -o "$OUT/profile/$impl" -f \
-    "$X" moe bench --gpus 1 --config "$CONFIG" --impl "$impl" --trials 2 --warmup-ms 1 > "$OUT/profile/$impl.stdout" 2>&1 \
+    "$X" moe bench --gpus 1 --config "$CONFIG" --impl "$impl" "${ARGS[@]}" --trials 2 --warmup-ms 1 > "$OUT/profile/$impl.stdout" 2>&1 \
     || failures=$((failures+1))
   ncu --import "$OUT/profile/$impl.ncu-rep" --page details > "$OUT/profile/$impl.txt" 2>&1
-  grep -E "Duration|SM Frequency|DRAM Throughput|dram__bytes|L2 Hit Rate|lts__t_sector_hit|hmma|Memory Throughput|L2 Cache Throughput|lts__t_bytes" "$OUT/profile/$impl.txt" | head -20
+  grep -E "Duration|SM Frequency|DRAM Throughput|dram__|L2 Hit Rate|lts__|hmma|Memory Throughput|L2 Cache Throughput|xbar2l1tex|gpu__time|cycles_elapsed" "$OUT/profile/$impl.txt" | head -24
 done
 
+[ "${MOE_PROFILE_UNFUSED:-1}" = 1 ] && {
 step "ncu: the unfused layer's first cuBLAS GEMMs (Linear-1 and Linear-2 of one expert, M = 256 rows)"
 timed "ncu unfused" -- "${NCU[@]}" -k regex:'nvjet|gemm|xmma|cutlass' --launch-skip 0 --launch-count 4 -o "$OUT/profile/unfused-loop" -f \
   "$X" moe bench --gpus 1 --config "$CONFIG" --impl unfused-loop --trials 1 --warmup-ms 1 > "$OUT/profile/unfused-loop.stdout" 2>&1 \
   || failures=$((failures+1))
 ncu --import "$OUT/profile/unfused-loop.ncu-rep" --page details > "$OUT/profile/unfused-loop.txt" 2>&1
 grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|DRAM Throughput|L2 Hit Rate|hmma" "$OUT/profile/unfused-loop.txt" | head -40
+}
 
 tar -C "$OUT/profile" -czf "$OUT/moe_profile.tar.gz" . && rm -rf "$OUT/profile"
 step "done: $failures failure(s)"

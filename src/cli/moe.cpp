@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/gpu_timing.hpp"
@@ -77,6 +78,7 @@ struct MoeArgs {
   std::string out;
   int trials = 20;
   double warmup_ms = 1500;
+  double trial_gap_ms = 0;  // bench: host sleep before each timed trial (0: back to back, the paper's protocol)
 };
 
 bool matches(const std::string& name, const std::string& filter) {
@@ -462,9 +464,10 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                         {"config_file", config}, {"device", comm::describe_device(rt.device())},
                         {"cublas", std::to_string(cublas_major) + "." + std::to_string(cublas_minor) + "." +
                                        std::to_string(cublas_patch)},
-                        {"protocol", "untimed first run; " + std::to_string(args.trials) +
-                                         " trials of {barrier, event-timed forward}; per trial the max over ranks; "
-                                         "median of the maxima"}};
+                        {"protocol", "untimed first run; " + std::to_string(args.trials) + " trials of {" +
+                                         (args.trial_gap_ms > 0 ? "idle " + std::to_string(args.trial_gap_ms) + " ms, " : "") +
+                                         "barrier, event-timed forward}; per trial the max over ranks; median of the maxima"},
+                        {"trial_gap_ms", args.trial_gap_ms}};
   if (lead) {
     std::printf("xstage moe bench: %d ranks, %zu configuration(s), seed %llu\n", P, grid.size(),
                 static_cast<unsigned long long>(seed));
@@ -526,6 +529,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       }
       std::vector<double> ms(args.trials);
       for (int t = 0; t < args.trials; ++t) {
+        if (args.trial_gap_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(args.trial_gap_ms));
         ms[t] = barrier_aligned_forward_ms();
       }
       clock_mhz = measure_sm_clock_mhz();
@@ -604,6 +608,7 @@ void validate_args(const MoeArgs& args, bool check) {
                 "--device-timeout-s must be a positive number of seconds");
   if (!check) {
     require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
+    require_input(args.trial_gap_ms >= 0 && args.trial_gap_ms <= 10000, "moe bench: --trial-gap-ms must be in [0, 10000]");
     const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
     const auto grid = read_grid(config);
     require_input(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
@@ -687,6 +692,10 @@ void add_moe_command(CLI::App& app) {
   bench->add_option("--trials", args->trials, "timed trials per configuration (default 20)");
   bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500;\n"
                                                     "the same number of forwards on every rank)");
+  bench->add_option("--trial-gap-ms", args->trial_gap_ms,
+                    "idle time before each timed trial (default 0: back to back, BRIEF §5). A gap lets the GPU's power\n"
+                    "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
+                    "layer's time the power limit sets");
   bench->callback([args] {
     if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved";
     spawn_or_run(*args, false);

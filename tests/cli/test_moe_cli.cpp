@@ -19,6 +19,7 @@ TEST(MoeCli, BadArgumentsFailBeforeAnyGpuWork) {
   expect_input_error("moe bench --filter no-such-config", "no configuration in");
   expect_input_error("moe check --cases zzz", "moe check: no case matches --cases 'zzz'");
   expect_input_error("moe bench --trials 0", "--trials must be at least 1");
+  expect_input_error("moe bench --trial-gap-ms -1", "--trial-gap-ms must be in [0, 10000]");
   expect_input_error("moe bench --device-timeout-s 0", "--device-timeout-s must be a positive number");
   expect_input_error("moe check --lead -1", "--lead must be at least 1");
   expect_input_error("moe check --wave -2", "--wave must be at least 1");

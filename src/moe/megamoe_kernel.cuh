@@ -265,11 +265,13 @@ struct TileWalk {
       }
     }
   }
-  // CTA tiles that finish the L1 (or L2) stage of a scheduler row: what l1_done (l2_done) counts up to. Mixed
+  // CTA tiles that finish the L1 (or L2) stage of a scheduler row: what l1_done (l2_done) counts up to. The
+  // schedule runs on pair streams (P1 / kClusterN pair tiles per row), the counters count CTA tiles. Mixed
   // pairs run on the plain ring (FusedMoeLayer: one slot per row, generation 0), where the kind of the row
   // alone gives it.
   __device__ std::uint32_t l1_target(int slots) const {
-    if constexpr (C::kClusterM == 1) return l1_done_target(tile.row, slots, sched.streams.P1);
+    if constexpr (C::kClusterM == 1)
+      return l1_done_target(tile.row, slots, ClusterTiling{C::kClusterN}.cta_tiles_per_row(sched.streams.P1));
     else return MixedPairTiling::cta_tiles_per_row(m_row, sched.streams.P1);
   }
   __device__ int first_row() const { return half * C::kBlockM; }  // of this CTA's rows inside the scheduler row

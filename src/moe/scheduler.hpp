@@ -87,6 +87,9 @@ struct ClusterTiling {
     if (t.valid()) t.n_block = c * t.n_block + r;
     return t;
   }
+  // CTA tiles that finish one stage of a scheduler row with `pair_tiles` pair tiles per row (the pair
+  // streams' P1 or P2): what the row's l1_done / l2_done counters count up to.
+  XSTAGE_HD constexpr int cta_tiles_per_row(int pair_tiles) const { return c * pair_tiles; }
 };
 
 // Mixed CTA pairs along M (--cluster-m 2): scheduler rows of 2·128 rows (MoeProblem::b_m = 256, every expert

@@ -107,7 +107,9 @@ TEST(MoeScheduler, EveryTileExactlyOnceOverRandomProblems) {
 
 // CTA pairs (ClusterTiling, c = 2): the schedule on pair tiles, CTA r of each cluster taking n = 2·n' + r.
 // Every CTA tile exactly once over all clusters and both CTAs, and the two CTAs of a cluster run the same
-// rows and stages in the same order (they share each A k-block, so they must).
+// rows and stages in the same order (they share each A k-block, so they must). And each row's stage ends
+// after as many CTA tiles as the counter target the kernel derives from the pair streams
+// (`cta_tiles_per_row`): a target below that lets an L2 tile read activations of L1 tiles still running.
 template <class Schedule>
 void expect_pairs_cover_every_tile(Schedule s, const std::string& what) {
   const ClusterTiling cl{2};
@@ -115,6 +117,7 @@ void expect_pairs_cover_every_tile(Schedule s, const std::string& what) {
   const TileStreams cta_streams = s.streams;
   s.streams = cl.pair_streams(s.streams);
   std::map<std::tuple<int, int, int>, int> seen;
+  std::map<std::pair<int, int>, int> per_row;  // (stage, row) -> CTA tiles
   for (int g = 0; g < s.Gs; ++g) {
     const std::vector<Tile> pair_tiles = instance_sequence(s, g);
     for (const Tile& pt : pair_tiles) {
@@ -125,11 +128,15 @@ void expect_pairs_cover_every_tile(Schedule s, const std::string& what) {
       for (const Tile& t : {t0, t1}) {
         EXPECT_LT(t.n_block, t.stage == Stage::L1 ? cta_streams.P1 : cta_streams.P2) << what;
         ++seen[{static_cast<int>(t.stage), t.row, t.n_block}];
+        ++per_row[{static_cast<int>(t.stage), t.row}];
       }
     }
   }
   EXPECT_EQ(static_cast<int>(seen.size()), cta_streams.rows.num_rows() * (cta_streams.P1 + cta_streams.P2)) << what;
   for (const auto& [key, n] : seen) EXPECT_EQ(n, 1) << what << " CTA tile emitted " << n << " times";
+  for (const auto& [key, n] : per_row)
+    EXPECT_EQ(n, cl.cta_tiles_per_row(key.first == static_cast<int>(Stage::L1) ? s.streams.P1 : s.streams.P2))
+        << what << " row " << key.second << ": the counter target is not the row's CTA tile count";
 }
 
 TEST(MoeScheduler, ClusterPairsCoverEveryTileOnceInLockstep) {
@@ -170,6 +177,7 @@ TEST(MoeScheduler, MixedPairsCoverEveryHalfRowTileOnceInLockstep) {
                              " Gs=" + std::to_string(Gs) + " rows=" + std::to_string(O.back());
     auto check = [&](const auto& s, const std::string& name) {
       std::map<std::tuple<int, int, int>, int> seen;  // (stage, 128-row block, n-block)
+      std::map<std::pair<int, int>, std::pair<int, int>> per_row;  // (stage, row) -> (CTA tiles, counter target)
       for (int g = 0; g < s.Gs; ++g)
         for (const Tile& pt : instance_sequence(s, g)) {
           const int P = pt.stage == Stage::L1 ? P1 : P2;
@@ -180,11 +188,16 @@ TEST(MoeScheduler, MixedPairsCoverEveryHalfRowTileOnceInLockstep) {
           ASSERT_EQ(v0, v1) << name << what;
           if (!v0) continue;
           EXPECT_EQ(c0.row, c1.row) << name << what;
+          auto& [tiles, target] = per_row[{static_cast<int>(pt.stage), pt.row}];
+          tiles += 2;
+          target = MixedPairTiling::cta_tiles_per_row(m_row, P);
           for (auto [c, h] : {std::pair{c0, h0}, std::pair{c1, h1}}) {
             EXPECT_LT(c.n_block, P) << name << what;
             ++seen[{static_cast<int>(c.stage), 2 * c.row + h, c.n_block}];
           }
         }
+      for (const auto& [key, n] : per_row)
+        EXPECT_EQ(n.first, n.second) << name << what << " row " << key.second << ": the counter target is not the row's CTA tile count";
       int half_rows = 0;  // 128-row blocks holding rows
       for (int e = 0; e < E_local; ++e) half_rows += (rows[e] + MixedPairTiling::kHalfRows - 1) / MixedPairTiling::kHalfRows;
       EXPECT_EQ(static_cast<int>(seen.size()), half_rows * (P1 + P2)) << name << what;

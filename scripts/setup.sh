@@ -80,15 +80,17 @@ fi
   fail "pip is missing from $XSTAGE_PYTHON's environment (python -m ensurepip, or your package manager's python3-pip)"
 
 # The pinned packages this environment lacks, or has at another version (one "name==version" per line).
-missing_pip=$("$XSTAGE_PYTHON" - "$requirements" <<'PY'
+# A line that is not pinned ends the check with one message, which becomes the error line.
+check_err=$(mktemp)
+if ! missing_pip=$("$XSTAGE_PYTHON" - "$requirements" 2>"$check_err" <<'PY'
 import importlib.metadata as md, re, sys
-for line in open(sys.argv[1]):
+for number, line in enumerate(open(sys.argv[1]), 1):
     spec = line.split("#", 1)[0].strip()
     if not spec:
         continue
     m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", spec)
     if not m:
-        sys.exit(f"setup: error: {sys.argv[1]}: '{spec}' is not pinned as name==version")
+        sys.exit(f"line {number}: '{spec}' is not pinned as name==version")
     try:
         have = md.version(m[1])
     except md.PackageNotFoundError:
@@ -96,26 +98,41 @@ for line in open(sys.argv[1]):
     if have != m[2]:
         print(spec)
 PY
-) || fail "could not read the pinned packages from $requirements (see above)"
+); then
+  # An unexpected failure (a traceback) is shown in full above the error line, which repeats its last line.
+  [ "$(wc -l <"$check_err")" -le 1 ] || head -n -1 "$check_err" >&2
+  why=$(tail -n 1 "$check_err"); rm -f "$check_err"
+  fail "could not read the pinned packages from $requirements: ${why:-$XSTAGE_PYTHON failed without a message}"
+fi
+rm -f "$check_err"
 if [ -z "$missing_pip" ]; then
   echo "setup: Python packages present in $XSTAGE_PYTHON's environment"
 else
-  echo "setup: installing Python packages into $XSTAGE_PYTHON's environment: $(echo $missing_pip)"
-  pip_log=$(mktemp)
+  missing_list=${missing_pip//$'\n'/ }
+  echo "setup: installing Python packages into $XSTAGE_PYTHON's environment: $missing_list"
+  pip_log=$(mktemp); pip_debug_log=$(mktemp)
+  # The console output (errors and warnings) is shown on failure; the cause is read from pip's debug log,
+  # which alone says that the index could not be reached when pip does not retry (PIP_RETRIES=0).
   # shellcheck disable=SC2086  # one argument per pinned spec
-  if ! "$XSTAGE_PYTHON" -m pip install --disable-pip-version-check --no-input -q $missing_pip >"$pip_log" 2>&1; then
+  if ! "$XSTAGE_PYTHON" -m pip install --disable-pip-version-check --no-input -q --log "$pip_debug_log" \
+      $missing_pip >"$pip_log" 2>&1; then
     tail -n 15 "$pip_log" >&2
-    if grep -qiE "ResolutionImpossible|conflict" "$pip_log"; then
+    if grep -qE "ResolutionImpossible|conflicting dependencies" "$pip_log"; then
       why="the pinned versions conflict with each other or with what the environment already has"
-    elif grep -qiE "Failed to establish|Name or service not known|Temporary failure in name resolution|Connection refused|ConnectTimeout|Network is unreachable|Could not fetch URL" "$pip_log"; then
-      why="the package index is unreachable (no network? set PIP_INDEX_URL for a mirror)"
-    elif grep -qiE "No matching distribution|Could not find a version" "$pip_log"; then
-      why="a pinned version does not exist on the package index for this Python and platform"
+    elif grep -qE "Could not fetch URL .*: (connection error|There was a problem confirming the ssl certificate|.*timed out)" \
+           "$pip_debug_log" ||
+         grep -qiE "Failed to establish|Name or service not known|Temporary failure in name resolution|Connection refused|ConnectTimeout|Network is unreachable" \
+           "$pip_log"; then
+      why="the package index is unreachable (no network? set PIP_INDEX_URL for a mirror, or PIP_NO_INDEX=1 and PIP_FIND_LINKS=DIR for local wheels)"
+    elif grep -qE "is not a trusted or secure host" "$pip_log"; then
+      why="the package index is plain http and not trusted (use https, or set PIP_TRUSTED_HOST)"
+    elif grep -qE "No matching distribution|Could not find a version" "$pip_log"; then
+      why="a pinned version does not exist on the package index (or in PIP_FIND_LINKS) for this Python and platform"
     else
       why="see pip's message above"
     fi
-    rm -f "$pip_log"
-    fail "pip could not install $(echo $missing_pip): $why"
+    rm -f "$pip_log" "$pip_debug_log"
+    fail "pip could not install $missing_list: $why"
   fi
-  rm -f "$pip_log"
+  rm -f "$pip_log" "$pip_debug_log"
 fi

@@ -15,7 +15,10 @@
 #   MOE_PROFILE_UNFUSED  1 (default) also profiles the unfused layer's cuBLAS GEMMs; 0 skips it
 #   NCU_SECTIONS      ncu sections (default: SpeedOfLight MemoryWorkloadAnalysis ComputeWorkloadAnalysis Occupancy
 #                     WarpStateStats); empty: the raw counters of the metrics list only
-# Writes ${OUT:-out}/moe_profile.log and moe_profile.tar.gz (bench.json, <impl>.ncu-rep and its details as text).
+#   MOE_PROFILE_KEEP_REPORTS  1: also keep the Nsight Compute reports (<impl>.ncu-rep, up to 17 MB each) in the
+#                     tarball; default 0: their details pages as text only (results/README.md: no reports in the tree)
+# Writes ${OUT:-out}/moe_profile.log and moe_profile.tar.gz (bench.json, each profiled kernel's `ncu --page details`
+# as <impl>.txt, the profiled bench's <impl>.stdout; <impl>.ncu-rep only with MOE_PROFILE_KEEP_REPORTS=1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -58,6 +61,11 @@ ncu --import "$OUT/profile/unfused-loop.ncu-rep" --page details > "$OUT/profile/
 grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|DRAM Throughput|L2 Hit Rate|hmma" "$OUT/profile/unfused-loop.txt" | head -40
 }
 
+if [ "${MOE_PROFILE_KEEP_REPORTS:-0}" = 1 ]; then
+  echo "keeping the .ncu-rep reports in moe_profile.tar.gz (MOE_PROFILE_KEEP_REPORTS=1)"
+else
+  rm -f "$OUT/profile/"*.ncu-rep   # their details pages are in <impl>.txt
+fi
 tar -C "$OUT/profile" -czf "$OUT/moe_profile.tar.gz" . && rm -rf "$OUT/profile"
 step "done: $failures failure(s)"
 exit $((failures > 0))

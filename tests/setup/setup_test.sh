@@ -20,8 +20,12 @@ trap 'rm -rf "$tmp"' EXIT
 
 die() { echo "FAIL ($case_name): $*" >&2; exit 1; }
 
-# The interpreter that creates the venvs (the real one, not a shim).
+# The interpreter that creates the venvs (the real one, not a shim). Without venv + ensurepip (Debian's
+# python3-venv) setup.sh cannot make its environment anywhere on this machine: nothing to test here.
 base_python=$(python3 -c 'import sys; print(sys.executable)') || die "no python3 to run the test with"
+if [ "$case_name" != fails_no_cuda ] && ! "$base_python" -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "SKIP ($case_name): $base_python has no venv/ensurepip module (python3-venv)"; exit 77
+fi
 
 # --- two pinned packages as wheels (one name with a dash, to exercise name normalisation) ---------------
 mkdir -p "$tmp/wheels"

@@ -1,0 +1,98 @@
+// Shared by the C ABI's translation units (not installed, not part of the ABI): turning exceptions into
+// statuses, and the checks every operation makes on its xstage_tensor arguments.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "capi/xstage_c.h"
+#include "common/error.hpp"
+
+namespace xstage::capi {
+
+void set_last_error(std::string message);
+void clear_last_error();
+
+// Runs `body` (which throws on failure) and returns the C status; no exception leaves this function.
+// xstage::InputError -> 2, PlatformError -> 3, any other xstage::Error (in library code: a failed CUDA or
+// NCCL call) -> 3, anything else -> 1. The message is prefixed with the C function's name.
+template <class Body>
+int guarded(const char* function, Body&& body) noexcept {
+  const std::string prefix = std::string(function) + ": ";
+  try {
+    clear_last_error();
+    body();
+    return XSTAGE_OK;
+  } catch (const InputError& e) {
+    set_last_error(prefix + e.what());
+    return XSTAGE_ERROR_INPUT;
+  } catch (const PlatformError& e) {
+    set_last_error(prefix + e.what());
+    return XSTAGE_ERROR_PLATFORM;
+  } catch (const Error& e) {
+    set_last_error(prefix + e.what());
+    return XSTAGE_ERROR_PLATFORM;
+  } catch (const std::bad_alloc&) {
+    set_last_error(prefix + "out of host memory");
+    return XSTAGE_ERROR_OTHER;
+  } catch (const std::exception& e) {
+    set_last_error(prefix + e.what());
+    return XSTAGE_ERROR_OTHER;
+  } catch (...) {
+    set_last_error(prefix + "unknown C++ exception");
+    return XSTAGE_ERROR_OTHER;
+  }
+}
+
+// "bfloat16", "float32", ... or "dtype code N" for codes outside the ABI's list.
+std::string dtype_name(int32_t dtype);
+
+// "[2, 4096, 24, 128]"
+std::string shape_string(const xstage_tensor& t);
+
+// Throws InputError unless `t` is non-null, has 1..XSTAGE_MAX_NDIM dimensions, no negative sizes and
+// reserved == 0. Returns *t.
+const xstage_tensor& require_tensor(const xstage_tensor* t, const char* name);
+
+// Throws InputError naming the tensor unless it has `ndim` dimensions (`layout` describes them).
+void require_ndim(const xstage_tensor& t, const char* name, int32_t ndim, const char* layout);
+
+// Throws InputError naming the tensor unless its dtype is `dtype`.
+void require_dtype(const xstage_tensor& t, const char* name, int32_t dtype);
+
+// Throws InputError unless `t` is on CUDA device `device` (the one the first tensor named `first` is on).
+void require_same_cuda_device(const xstage_tensor& t, const char* name, int32_t device, const char* first);
+
+// The stride of dimension `dim`, or, where that dimension has size 1 (so its stride is never used), a
+// stride every check accepts: the tensor's element span rounded up to 8 elements.
+int64_t effective_stride(const xstage_tensor& t, int dim);
+
+// Makes `device` current for the guard's lifetime and restores the caller's device afterwards. Throws
+// PlatformError when CUDA is unusable (no driver, no GPU) or the device does not exist.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  int32_t device_ = 0;
+};
+
+// Throws PlatformError unless CUDA works and `device` is an sm_90 GPU (the kernels are sm_90a code).
+void require_supported_device(int32_t device);
+
+// Throws InputError unless `ptr` is CUDA device (or managed) memory that belongs to `device`.
+void require_device_pointer(const void* ptr, const char* name, int32_t device);
+
+// Throws InputError unless `stream` (a cudaStream_t; NULL means the legacy default stream) is a stream of
+// `device`. Needs `device` to be current (DeviceGuard).
+void require_stream_on_device(void* stream, int32_t device);
+
+}  // namespace xstage::capi

@@ -1,0 +1,181 @@
+// The C ABI's common part: versions, the per-thread error message, and the checks on xstage_tensor
+// arguments and CUDA devices that every operation shares. Operations live one per file (attention.cpp).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "capi/capi_internal.hpp"
+#include "capi/xstage_c.h"
+#include "common/error.hpp"
+
+#ifndef XSTAGE_VERSION_STRING
+#define XSTAGE_VERSION_STRING "unknown"
+#endif
+
+namespace xstage::capi {
+namespace {
+
+thread_local std::string t_last_error;
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+}  // namespace
+
+void set_last_error(std::string message) { t_last_error = std::move(message); }
+void clear_last_error() { t_last_error.clear(); }
+
+std::string dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case XSTAGE_DTYPE_BFLOAT16: return "bfloat16";
+    case XSTAGE_DTYPE_FLOAT16: return "float16";
+    case XSTAGE_DTYPE_FLOAT32: return "float32";
+    case XSTAGE_DTYPE_FLOAT8_E4M3: return "float8_e4m3fn";
+    case XSTAGE_DTYPE_INT32: return "int32";
+    case XSTAGE_DTYPE_INT64: return "int64";
+    case XSTAGE_DTYPE_UINT8: return "uint8";
+    default: return "dtype code " + std::to_string(dtype);
+  }
+}
+
+std::string shape_string(const xstage_tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (int i = 0; i < t.ndim && i < XSTAGE_MAX_NDIM; ++i) os << (i ? ", " : "") << t.shape[i];
+  os << "]";
+  return os.str();
+}
+
+const xstage_tensor& require_tensor(const xstage_tensor* t, const char* name) {
+  require_input(t != nullptr, std::string(name) + " is NULL");
+  require_input(t->ndim >= 1 && t->ndim <= XSTAGE_MAX_NDIM,
+                std::string(name) + " has ndim " + std::to_string(t->ndim) + " (must be 1.." +
+                    std::to_string(XSTAGE_MAX_NDIM) + ")");
+  for (int i = 0; i < t->ndim; ++i)
+    require_input(t->shape[i] >= 0, std::string(name) + " has a negative size: shape " + shape_string(*t));
+  require_input(t->reserved == 0, std::string(name) + ".reserved must be 0 (xstage_tensor not zero-initialised?)");
+  return *t;
+}
+
+void require_ndim(const xstage_tensor& t, const char* name, int32_t ndim, const char* layout) {
+  require_input(t.ndim == ndim, std::string(name) + " must be " + std::to_string(ndim) + "-D " + layout +
+                                    "; got shape " + shape_string(t));
+}
+
+void require_dtype(const xstage_tensor& t, const char* name, int32_t dtype) {
+  require_input(t.dtype == dtype, std::string(name) + " has dtype " + dtype_name(t.dtype) + "; it must be " +
+                                      dtype_name(dtype));
+}
+
+void require_same_cuda_device(const xstage_tensor& t, const char* name, int32_t device, const char* first) {
+  if (t.device == XSTAGE_DEVICE_CPU || t.device < 0) {
+    throw InputError(std::string(name) + " is in host memory (device " + std::to_string(t.device) +
+                     "); it must be CUDA device memory");
+  }
+  require_input(t.device == device, std::string(name) + " is on CUDA device " + std::to_string(t.device) +
+                                        " but " + first + " is on CUDA device " + std::to_string(device) +
+                                        "; all tensors must be on one device");
+}
+
+int64_t effective_stride(const xstage_tensor& t, int dim) {
+  if (t.shape[dim] != 1) return t.strides[dim];
+  int64_t span = 1;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) span += (t.shape[i] - 1) * std::llabs(t.strides[i]);
+  return (span + 7) / 8 * 8;
+}
+
+DeviceGuard::DeviceGuard(int32_t device) : device_(device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw PlatformError("CUDA is not usable on this machine (cudaGetDeviceCount: " + cuda_error_text(e) +
+                        "): no NVIDIA driver or no GPU");
+  }
+  if (device < 0 || device >= count) {
+    throw PlatformError("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                        " visible)");
+  }
+  cudaError_t g = cudaGetDevice(&previous_);
+  if (g != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw PlatformError("cudaGetDevice failed: " + cuda_error_text(g));
+  }
+  if (previous_ != device) {
+    g = cudaSetDevice(device);
+    if (g != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+      throw PlatformError("cudaSetDevice(" + std::to_string(device) + ") failed: " + cuda_error_text(g));
+    }
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
+}
+
+void require_supported_device(int32_t device) {
+  DeviceGuard guard(device);
+  int major = 0, minor = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw PlatformError("cannot query CUDA device " + std::to_string(device) + ": " + cuda_error_text(e));
+  }
+  if (major != 9 || minor != 0) {
+    cudaDeviceProp prop{};
+    const std::string name = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? prop.name : "?";
+    throw PlatformError("CUDA device " + std::to_string(device) + " (" + name + ") is sm_" + std::to_string(major) +
+                        std::to_string(minor) + "; xstage's kernels are built for sm_90a (Hopper: H100, H200, GH200)");
+  }
+}
+
+void require_device_pointer(const void* ptr, const char* name, int32_t device) {
+  cudaPointerAttributes attr{};
+  const cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw InputError(std::string(name) + ": cannot query its pointer (" + cuda_error_text(e) + ")");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    throw InputError(std::string(name) + " points to host memory, not CUDA device memory");
+  }
+  require_input(attr.device == device, std::string(name) + " is said to be on CUDA device " + std::to_string(device) +
+                                           " but its memory is on device " + std::to_string(attr.device));
+}
+
+void require_stream_on_device(void* stream, int32_t device) {
+  int stream_device = -1;
+  const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &stream_device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw InputError("cannot query the stream's device (" + cuda_error_text(e) + "): not a valid CUDA stream?");
+  }
+  require_input(stream_device == device, "the stream belongs to CUDA device " + std::to_string(stream_device) +
+                                             " but the tensors are on CUDA device " + std::to_string(device));
+}
+
+}  // namespace xstage::capi
+
+extern "C" {
+
+XSTAGE_C_API int32_t xstage_abi_version(void) { return XSTAGE_C_ABI_VERSION; }
+
+XSTAGE_C_API size_t xstage_tensor_struct_size(void) { return sizeof(xstage_tensor); }
+
+XSTAGE_C_API const char* xstage_version(void) { return XSTAGE_VERSION_STRING; }
+
+XSTAGE_C_API const char* xstage_last_error(void) { return xstage::capi::t_last_error.c_str(); }
+
+XSTAGE_C_API int xstage_check_device(int32_t device) {
+  return xstage::capi::guarded("xstage_check_device", [&] { xstage::capi::require_supported_device(device); });
+}
+
+}  // extern "C"

@@ -8,6 +8,8 @@
 #   Python packages   scripts/requirements.txt (pinned), installed into the project's environment:
 #                     .venv/ in the checkout (XSTAGE_VENV=DIR moves it), created with `python3 -m venv`;
 #                     PYTHON=/path/to/python installs into that interpreter's environment instead.
+#                     A line whose comment starts with "no-deps" is installed by a second
+#                     `pip install --no-deps` (torch: without the CUDA libraries it would pull in).
 #
 # Other knobs: XSTAGE_BASE_PYTHON (the interpreter that creates the venv; default python3),
 # XSTAGE_REQUIREMENTS (another pinned requirements file), PIP_INDEX_URL and the other PIP_* variables.
@@ -96,7 +98,8 @@ for number, line in enumerate(open(sys.argv[1]), 1):
     except md.PackageNotFoundError:
         have = None
     if have != m[2]:
-        print(spec)
+        no_deps = line.split("#", 1)[1].strip().startswith("no-deps") if "#" in line else False
+        print(("no-deps:" if no_deps else "") + spec)
 PY
 ); then
   # An unexpected failure (a traceback) is shown in full above the error line, which repeats its last line.
@@ -105,17 +108,21 @@ PY
   fail "could not read the pinned packages from $requirements: ${why:-$XSTAGE_PYTHON failed without a message}"
 fi
 rm -f "$check_err"
-if [ -z "$missing_pip" ]; then
-  echo "setup: Python packages present in $XSTAGE_PYTHON's environment"
-else
-  missing_list=${missing_pip//$'\n'/ }
-  echo "setup: installing Python packages into $XSTAGE_PYTHON's environment: $missing_list"
+# Lines marked "no-deps" are installed without their dependencies, by a second pip call.
+missing_nodeps=$(sed -n 's/^no-deps://p' <<<"$missing_pip")
+missing_pip=$(sed '/^no-deps:/d' <<<"$missing_pip")
+
+# pip_install LIST [PIP OPTION...]: installs the specs in LIST (one per line) into $XSTAGE_PYTHON's environment,
+# or fails with one line naming the cause.
+pip_install() {
+  local missing_list=${1//$'\n'/ }; shift
+  local pip_log pip_debug_log why
   pip_log=$(mktemp); pip_debug_log=$(mktemp)
   # The console output (errors and warnings) is shown on failure; the cause is read from pip's debug log,
   # which alone says that the index could not be reached when pip does not retry (PIP_RETRIES=0).
   # shellcheck disable=SC2086  # one argument per pinned spec
-  if ! "$XSTAGE_PYTHON" -m pip install --disable-pip-version-check --no-input -q --log "$pip_debug_log" \
-      $missing_pip >"$pip_log" 2>&1; then
+  if ! "$XSTAGE_PYTHON" -m pip install --disable-pip-version-check --no-input -q --log "$pip_debug_log" "$@" \
+      $missing_list >"$pip_log" 2>&1; then
     tail -n 15 "$pip_log" >&2
     if grep -qE "ResolutionImpossible|conflicting dependencies" "$pip_log"; then
       why="the pinned versions conflict with each other or with what the environment already has"
@@ -135,4 +142,16 @@ else
     fail "pip could not install $missing_list: $why"
   fi
   rm -f "$pip_log" "$pip_debug_log"
+}
+
+if [ -z "$missing_pip" ] && [ -z "$missing_nodeps" ]; then
+  echo "setup: Python packages present in $XSTAGE_PYTHON's environment"
+fi
+if [ -n "$missing_pip" ]; then
+  echo "setup: installing Python packages into $XSTAGE_PYTHON's environment: ${missing_pip//$'\n'/ }"
+  pip_install "$missing_pip"
+fi
+if [ -n "$missing_nodeps" ]; then
+  echo "setup: installing Python packages without their dependencies into $XSTAGE_PYTHON's environment: ${missing_nodeps//$'\n'/ }"
+  pip_install "$missing_nodeps" --no-deps
 fi

@@ -1,0 +1,179 @@
+"""xstage.flash_attention: the Hopper FlashAttention forward kernel as a PyTorch operator.
+
+Registered as torch.ops.xstage.flash_attention (torch.library.custom_op) with a fake implementation, so
+torch.compile(fullgraph=True) traces it without graph breaks, and it runs on the current CUDA stream
+without host synchronisation or allocations other than its outputs, so CUDA graphs capture it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import torch
+
+from . import _capi
+
+__all__ = ["flash_attention"]
+
+_OP_NAME = "xstage::flash_attention"
+_HEAD_DIMS = (64, 128)
+
+_DTYPE_CODES = {
+    torch.bfloat16: _capi.DTYPE_BFLOAT16,
+    torch.float16: _capi.DTYPE_FLOAT16,
+    torch.float32: _capi.DTYPE_FLOAT32,
+    torch.int32: _capi.DTYPE_INT32,
+    torch.int64: _capi.DTYPE_INT64,
+    torch.uint8: _capi.DTYPE_UINT8,
+}
+if hasattr(torch, "float8_e4m3fn"):
+    _DTYPE_CODES[torch.float8_e4m3fn] = _capi.DTYPE_FLOAT8_E4M3
+
+
+def _c_tensor(t: torch.Tensor) -> _capi.Tensor:
+    return _capi.make_tensor(
+        t.data_ptr(),
+        t.shape,
+        t.stride(),
+        _DTYPE_CODES.get(t.dtype, 0),
+        t.device.index if t.device.type == "cuda" else _capi.DEVICE_CPU,
+    )
+
+
+def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
+    """Raises TypeError/ValueError naming the problem. Runs on real and on fake/meta tensors (metadata only)."""
+    names = ("q", "k", "v")
+    tensors = (q, k, v)
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in zip(names, tensors):
+        if t.dtype != torch.bfloat16:
+            raise TypeError(
+                f"xstage.flash_attention: {name} has dtype {t.dtype}; q, k and v must be torch.bfloat16 "
+                f"(convert with .to(torch.bfloat16))"
+            )
+    for name, t in zip(names, tensors):
+        dev = t.device.type
+        if dev != "cuda" and not (fake and dev == "meta"):
+            hint = "" if torch.cuda.is_available() else " (and this PyTorch sees no CUDA GPU)"
+            raise ValueError(
+                f"xstage.flash_attention: {name} is a {dev} tensor; xstage.flash_attention runs on CUDA "
+                f"tensors of a Hopper (sm_90) GPU{hint}"
+            )
+        if t.device != q.device:
+            raise ValueError(
+                f"xstage.flash_attention: {name} is on {t.device} but q is on {q.device}; "
+                f"q, k and v must be on one device"
+            )
+    for name, t in zip(names, tensors):
+        if t.dim() != 4:
+            raise ValueError(
+                f"xstage.flash_attention: {name} must be 4-D [batch, seqlen, heads, head_dim]; "
+                f"got shape {tuple(t.shape)}"
+            )
+    b, m, h, d = q.shape
+    if d not in _HEAD_DIMS:
+        raise ValueError(
+            f"xstage.flash_attention: head_dim is {d} (q shape {tuple(q.shape)}); "
+            f"the kernels are built for head_dim 64 and 128"
+        )
+    if k.shape[0] != b or k.shape[2] != h or k.shape[3] != d:
+        raise ValueError(
+            f"xstage.flash_attention: k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)} "
+            f"(batch, heads and head_dim must be equal; seqlen may differ)"
+        )
+    if v.shape != k.shape:
+        raise ValueError(f"xstage.flash_attention: v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
+    if b == 0 or m == 0 or h == 0 or k.shape[1] == 0:
+        raise ValueError(
+            f"xstage.flash_attention: empty attention (q shape {tuple(q.shape)}, k shape {tuple(k.shape)}); "
+            f"batch, heads and both sequence lengths must be >= 1"
+        )
+    for name, t in zip(names, tensors):
+        if t.stride(3) != 1:
+            raise ValueError(
+                f"xstage.flash_attention: {name} has head_dim stride {t.stride(3)}; the last (head_dim) "
+                f"dimension must be contiguous (stride 1): pass {name}.contiguous()"
+            )
+        for dim, what in ((0, "batch"), (1, "seqlen"), (2, "heads")):
+            if t.shape[dim] != 1 and (t.stride(dim) <= 0 or t.stride(dim) % 8 != 0):
+                raise ValueError(
+                    f"xstage.flash_attention: {name} has {what} stride {t.stride(dim)} (strides {tuple(t.stride())}); "
+                    f"the kernel's TMA loads need positive strides that are multiples of 8 elements (16 bytes): "
+                    f"pass {name}.contiguous()"
+                )
+    if not isinstance(softmax_scale, (float, int, torch.SymFloat, torch.SymInt)):
+        raise TypeError(f"xstage.flash_attention: softmax_scale must be a float, got {type(softmax_scale).__name__}")
+    if isinstance(softmax_scale, (float, int)) and (not math.isfinite(softmax_scale) or softmax_scale == 0):
+        raise ValueError(
+            f"xstage.flash_attention: softmax_scale is {softmax_scale}; it must be finite and non-zero "
+            f"(the usual value is 1/sqrt(head_dim))"
+        )
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def _flash_attention_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, return_lse: bool
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_inputs(q, k, v, softmax_scale, fake=False)
+    b, m, h, d = q.shape
+    out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, m) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    _capi.flash_attention_forward(
+        _c_tensor(q),
+        _c_tensor(k),
+        _c_tensor(v),
+        _c_tensor(out),
+        _c_tensor(lse) if return_lse else None,
+        softmax_scale,
+        stream,
+    )
+    return out, lse
+
+
+@_flash_attention_op.register_fake
+def _flash_attention_fake(q, k, v, softmax_scale, return_lse):
+    _check_inputs(q, k, v, softmax_scale, fake=True)
+    b, m, h, d = q.shape
+    out = q.new_empty((b, m, h, d))
+    lse = q.new_empty((b, h, m) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    return_lse: bool = False,
+):
+    """Full (non-causal) attention, out = softmax(softmax_scale * q k^T) v, per batch and head.
+
+    q: [batch, seqlen_q, heads, head_dim], k and v: [batch, seqlen_k, heads, head_dim]; torch.bfloat16 on one
+    CUDA device of a Hopper GPU; head_dim 64 or 128; any batch, heads and sequence lengths >= 1. Strides are
+    free (views of a packed QKV projection or of [batch, heads, seqlen, head_dim] tensors are used as they
+    are) as long as head_dim is contiguous and the other strides are multiples of 8 elements.
+    softmax_scale defaults to 1/sqrt(head_dim).
+
+    Returns out ([batch, seqlen_q, heads, head_dim] bfloat16, contiguous), or (out, lse) with return_lse,
+    lse being [batch, heads, seqlen_q] float32, the natural-log log-sum-exp of each row's scaled scores.
+    Runs on torch.cuda.current_stream(). Forward only (no autograd formula).
+    Raises TypeError/ValueError for bad arguments, RuntimeError (xstage.PlatformError) when the GPU cannot
+    run it, xstage.LibraryError when libxstage_c.so is missing.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if softmax_scale is None:
+        if q.dim() != 4:
+            raise ValueError(
+                f"xstage.flash_attention: q must be 4-D [batch, seqlen, heads, head_dim]; got shape {tuple(q.shape)}"
+            )
+        softmax_scale = 1.0 / math.sqrt(q.shape[3])
+    elif isinstance(softmax_scale, (int, float)):
+        softmax_scale = float(softmax_scale)
+    out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
+    return (out, lse) if return_lse else out

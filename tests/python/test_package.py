@@ -1,0 +1,110 @@
+"""The package imports anywhere (no GPU, no library), finds and checks its C library, and the library is what
+the design needs: a C ABI that exports only xstage_* and carries its own CUDA runtime."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import xstage
+from xstage import _capi
+
+_PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+
+def _run_python(code, **env_overrides):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    for key, value in env_overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_import_without_gpu_or_library_and_lazy_loading():
+    code = (
+        "import xstage, xstage._capi as c\n"
+        "assert c._lib is None, 'importing must not load the library'\n"
+        "assert not xstage.is_available()\n"
+        "try:\n"
+        "    xstage.load_library()\n"
+        "except xstage.LibraryError as e:\n"
+        "    print('LibraryError:', e)\n"
+        "print('version', xstage.__version__)\n"
+    )
+    r = _run_python(code, CUDA_VISIBLE_DEVICES="", XSTAGE_C_LIBRARY="/nonexistent/libxstage_c.so")
+    assert r.returncode == 0, r.stderr
+    assert "version 0.1.0" in r.stdout
+    assert "XSTAGE_C_LIBRARY=/nonexistent/libxstage_c.so: no such file" in r.stdout
+
+
+def test_missing_library_message_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.delenv("XSTAGE_C_LIBRARY", raising=False)
+    path = _capi.library_path()
+    if os.path.isfile(path):
+        pytest.skip("the package folder has a built library")
+    code = "import xstage\ntry:\n    xstage.load_library()\nexcept RuntimeError as e:\n    print(e)\n"
+    r = _run_python(code, XSTAGE_C_LIBRARY=None)
+    assert r.returncode == 0, r.stderr
+    assert "not built" in r.stdout and "pip install ." in r.stdout and "XSTAGE_C_LIBRARY" in r.stdout
+
+
+def test_a_file_that_is_not_the_library(tmp_path):
+    bogus = tmp_path / "libxstage_c.so"
+    bogus.write_bytes(b"not an ELF file")
+    r = _run_python(
+        "import xstage\ntry:\n    xstage.load_library()\nexcept xstage.LibraryError as e:\n    print('LibraryError:', e)\n",
+        XSTAGE_C_LIBRARY=str(bogus),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "LibraryError: cannot load xstage's C library" in r.stdout
+
+
+def test_library_versions(c_library):
+    assert xstage.abi_version() == _capi.ABI_VERSION
+    assert xstage.library_version() == xstage.__version__
+    assert c_library.xstage_tensor_struct_size() == ctypes.sizeof(_capi.Tensor) == 152
+    assert c_library.xstage_last_error() == b""
+
+
+def test_check_device_without_gpu(c_library):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(RuntimeError, match="CUDA is not usable on this machine"):
+        xstage.check_device(0)
+    with pytest.raises(xstage.PlatformError):
+        xstage.check_device(0)
+
+
+def _library_file():
+    return os.environ.get("XSTAGE_C_LIBRARY") or _capi.library_path()
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="no readelf")
+def test_library_needs_no_cuda_runtime(c_library):
+    out = subprocess.run(["readelf", "-d", _library_file()], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    assert needed, out
+    assert not [lib for lib in needed if "cudart" in lib or "libcuda" in lib or "torch" in lib or "python" in lib], needed
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
+def test_library_exports_only_the_c_abi(c_library):
+    out = subprocess.run(["nm", "-D", "--defined-only", _library_file()], capture_output=True, text=True, check=True)
+    exported = {line.split()[-1] for line in out.stdout.splitlines() if line.split()[1:2] == ["T"]}
+    assert exported == {
+        "xstage_abi_version",
+        "xstage_tensor_struct_size",
+        "xstage_version",
+        "xstage_last_error",
+        "xstage_check_device",
+        "xstage_flash_attention_forward",
+    }
+    assert not [line for line in out.stdout.splitlines() if " cuda" in line.lower()]

@@ -1,0 +1,268 @@
+"""xstage.flash_attention on a Hopper GPU: numerics against an fp32 reference and torch SDPA on awkward shapes
+and strided inputs, log-sum-exp, torch.compile(fullgraph=True) and CUDA graphs against eager, 1000
+back-to-back calls (no hang, flat memory), errors on real CUDA tensors. Skipped without a GPU.
+
+    python3 -m pytest -q tests/python/gpu          # XSTAGE_C_LIBRARY=/path/to/libxstage_c.so unless installed
+"""
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xstage
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+BF16 = torch.bfloat16
+REL_L2_MAX = 2e-2
+
+
+def is_hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+hopper = pytest.mark.skipif(not is_hopper(), reason="the kernels are built for sm_90a (Hopper)")
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32_matmul():
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # the fp32 reference without TF32
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+def make_qkv(b, m, n, h, d, layout, seed=0):
+    """q [b, m, h, d], k and v [b, n, h, d], bf16 in [-1, 1]·2, in one of the layouts a model hands over."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rand(*shape):
+        return (torch.rand(*shape, device="cuda", generator=g, dtype=torch.float32) * 4 - 2).to(BF16)
+
+    if layout == "contiguous":
+        return rand(b, m, h, d), rand(b, n, h, d), rand(b, n, h, d)
+    if layout == "padded_heads":  # a stride on heads: [b, seq, h + 3, d] sliced to h heads
+        return tuple(rand(b, s, h + 3, d)[:, :, :h] for s in (m, n, n))
+    if layout == "bhsd":  # [b, h, seq, d] storage (SDPA's layout) seen as [b, seq, h, d]
+        return tuple(rand(b, h, s, d).transpose(1, 2) for s in (m, n, n))
+    if layout == "packed_qkv":  # one projection output [b, seq, 3, h, d], three views (needs m == n)
+        assert m == n
+        return rand(b, m, 3, h, d).unbind(2)
+    raise ValueError(layout)
+
+
+def reference(q, k, v, scale):
+    """fp32 attention on the same bf16 inputs: out [b, m, h, d] fp32, lse [b, h, m]."""
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.matmul(torch.softmax(s, dim=-1), vf)
+    return out.transpose(1, 2), lse
+
+
+def sdpa(q, k, v, scale):
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
+    return out.transpose(1, 2)
+
+
+def rel_l2(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+# (batch, seqlen_q, seqlen_k, heads, head_dim): M never a multiple of 128 but once, heads 1..12, both head dims
+SHAPES = [
+    (1, 1, 1, 1, 64),
+    (1, 129, 129, 3, 64),
+    (2, 1000, 1000, 5, 128),
+    (2, 777, 777, 12, 64),
+    (1, 300, 2047, 12, 128),
+    (2, 2047, 77, 7, 64),
+    (1, 4097, 4097, 2, 128),
+    (2, 1536, 1536, 6, 128),
+    (1, 3001, 3001, 4, 64),
+]
+LAYOUTS = ["contiguous", "padded_heads", "bhsd", "packed_qkv"]
+
+
+@hopper
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_m{}_n{}_h{}_d{}".format(*s))
+def test_numerics_against_fp32_reference_and_sdpa(shape, layout):
+    b, m, n, h, d = shape
+    if layout == "packed_qkv" and m != n:
+        pytest.skip("packed QKV has one sequence length")
+    q, k, v = make_qkv(b, m, n, h, d, layout, seed=10 * SHAPES.index(shape) + LAYOUTS.index(layout))
+    scale = 1.0 / math.sqrt(d)
+    out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, scale)
+    assert out.shape == (b, m, h, d) and out.dtype == BF16 and out.is_contiguous()
+    assert lse.shape == (b, h, m) and lse.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    err = rel_l2(out, ref_out)
+    err_sdpa = rel_l2(sdpa(q, k, v, scale), ref_out)
+    assert err <= REL_L2_MAX, f"rel L2 {err:.2e} (SDPA: {err_sdpa:.2e})"
+    assert err <= 2 * err_sdpa + 1e-3, f"xstage {err:.2e} vs SDPA {err_sdpa:.2e}"
+    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
+    # Without the log-sum-exp: the same output.
+    assert torch.equal(xstage.flash_attention(q, k, v), out)
+
+
+@hopper
+@pytest.mark.parametrize("scale", [0.05, 1.0, -0.2])
+def test_softmax_scale(scale):
+    q, k, v = make_qkv(1, 555, 555, 4, 128, "contiguous", seed=7)
+    out, lse = xstage.flash_attention(q, k, v, softmax_scale=scale, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, scale)
+    assert rel_l2(out, ref_out) <= REL_L2_MAX
+    torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=1e-4)
+
+
+@hopper
+def test_opcheck():
+    """torch.library.opcheck: schema, fake implementation against the real one (shapes, strides), AOT dispatch."""
+    q, k, v = make_qkv(2, 333, 200, 3, 64, "padded_heads", seed=3)
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.xstage.flash_attention.default, (q, k, v, 0.125, return_lse))
+
+
+def block(q, k, v):
+    """Attention between other work, as in a transformer block."""
+    out = xstage.flash_attention(q * 0.5, k, v)
+    return out.flatten(2) * 2 + 1
+
+
+@hopper
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_fullgraph_matches_eager(mode):
+    torch._dynamo.reset()
+    q, k, v = make_qkv(2, 1100, 1100, 6, 128, "bhsd", seed=11)
+    eager = block(q, k, v)
+    compiled = torch.compile(block, fullgraph=True, mode=mode)
+    for _ in range(3):  # reduce-overhead records a CUDA graph on a later call
+        got = compiled(q, k, v)
+    torch.testing.assert_close(got, eager, atol=1e-2, rtol=1e-2)
+    explanation = torch._dynamo.explain(block)(q, k, v)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+@hopper
+def test_cuda_graph_capture_and_replay():
+    q, k, v = make_qkv(2, 1500, 1500, 5, 64, "packed_qkv", seed=5)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (library load, smem opt-in)
+        for _ in range(2):
+            xstage.flash_attention(q, k, v, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    for seed in range(3):
+        fresh = make_qkv(2, 1500, 1500, 5, 64, "packed_qkv", seed=100 + seed)
+        for dst, src in zip((q, k, v), fresh):
+            dst.copy_(src)
+        graph.replay()
+        want_out, want_lse = xstage.flash_attention(q, k, v, return_lse=True)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+        assert rel_l2(out, reference(q, k, v, 1 / 8)[0]) <= REL_L2_MAX
+
+
+@hopper
+def test_1000_calls_no_hang_flat_memory():
+    q, k, v = make_qkv(1, 1024, 1024, 4, 128, "contiguous", seed=9)
+    xstage.flash_attention(q, k, v, return_lse=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    for i in range(1000):
+        result = xstage.flash_attention(q, k, v, return_lse=(i % 2 == 0))
+        del result
+    enqueue_s = time.perf_counter() - start
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + 60
+    while not done.query():
+        assert time.monotonic() < deadline, "1000 calls did not finish within 60 s"
+        time.sleep(0.005)
+    assert torch.cuda.memory_allocated() == before
+    print(f"1000 calls enqueued in {enqueue_s * 1e3:.1f} ms ({enqueue_s * 1e3:.3f} ms per call on the host)")
+
+
+@hopper
+def test_current_device_and_stream_are_used():
+    q, k, v = make_qkv(1, 700, 700, 2, 128, "contiguous", seed=13)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = xstage.flash_attention(q, k, v)
+    stream.synchronize()
+    assert rel_l2(out, reference(q, k, v, 1 / math.sqrt(128))[0]) <= REL_L2_MAX
+
+
+@hopper
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_second_device():
+    torch.cuda.set_device(0)
+    with torch.cuda.device(1):
+        q, k, v = make_qkv(1, 900, 900, 3, 64, "contiguous", seed=17)
+    out = xstage.flash_attention(q, k, v)  # tensors on cuda:1, current device 0
+    assert out.device == q.device and torch.cuda.current_device() == 0
+    torch.cuda.synchronize(1)
+    assert rel_l2(out, reference(q, k, v, 1 / 8)[0]) <= REL_L2_MAX
+    with pytest.raises(ValueError, match="k is on cuda:0 but q is on cuda:1"):
+        xstage.flash_attention(q, k.to("cuda:0"), v)
+
+
+@hopper
+def test_expandable_segments_memory():
+    """Tensors from PyTorch's expandable segments (CUDA virtual memory) pass the pointer checks."""
+    code = (
+        "import torch, xstage, torch.nn.functional as F\n"
+        "q = torch.randn(1, 1000, 4, 128, device='cuda', dtype=torch.bfloat16)\n"
+        "out = xstage.flash_attention(q, q, q)\n"
+        "ref = F.scaled_dot_product_attention(*(q.transpose(1, 2),) * 3).transpose(1, 2)\n"
+        "err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()\n"
+        "assert err < 2e-2, err\n"
+        "print('ok', err)\n"
+    )
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@hopper
+def test_errors_on_cuda_tensors():
+    q = torch.zeros(1, 64, 2, 64, device="cuda", dtype=BF16)
+    with pytest.raises(TypeError, match="k has dtype torch.float16"):
+        xstage.flash_attention(q, q.half(), q)
+    with pytest.raises(ValueError, match="v is a cpu tensor"):
+        xstage.flash_attention(q, q, q.cpu())
+    with pytest.raises(ValueError, match="head_dim is 96"):
+        x = torch.zeros(1, 64, 2, 96, device="cuda", dtype=BF16)
+        xstage.flash_attention(x, x, x)
+    with pytest.raises(ValueError, match="head_dim stride 2"):
+        x = torch.zeros(1, 64, 64, 2, device="cuda", dtype=BF16).transpose(2, 3)
+        xstage.flash_attention(x, x, x)
+    # A view that starts 2 bytes into its storage: only the C library sees the address.
+    flat = torch.zeros(64 * 2 * 64 + 8, device="cuda", dtype=BF16)
+    x = flat[1 : 1 + 64 * 2 * 64].view(1, 64, 2, 64)
+    with pytest.raises(ValueError, match="Q pointer .* is not 16-byte aligned") as info:
+        xstage.flash_attention(x, q, q)
+    assert isinstance(info.value, xstage.InputError)
+    torch.cuda.synchronize()  # nothing was launched; the context is healthy
+    assert xstage.flash_attention(q, q, q).shape == q.shape
+
+
+@pytest.mark.skipif(is_hopper(), reason="this GPU is a Hopper")
+def test_other_gpus_are_refused():
+    q = torch.zeros(1, 64, 2, 64, device="cuda", dtype=BF16)
+    with pytest.raises(RuntimeError, match="built for sm_90a"):
+        xstage.flash_attention(q, q, q)

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.hpp"
+#include "common/launch.cuh"
 
 namespace xstage::attention {
 namespace {
@@ -37,18 +38,15 @@ int grid_for(int64_t n) {
 }  // namespace
 
 void fill_uniform_bf16(void* dst, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
-  fill_uniform_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed, lo, hi);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(fill_uniform_bf16_kernel, grid_for(n), 256, 0, stream, static_cast<__nv_bfloat16*>(dst), n, seed, lo, hi);
 }
 
 void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream) {
-  fill_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<uint16_t*>(dst), n, bits);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(fill_kernel<uint16_t>, grid_for(n), 256, 0, stream, static_cast<uint16_t*>(dst), n, bits);
 }
 
 void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream) {
-  fill_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, value);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(fill_kernel<float>, grid_for(n), 256, 0, stream, dst, n, value);
 }
 
 }  // namespace xstage::attention

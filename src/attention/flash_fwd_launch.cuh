@@ -11,6 +11,7 @@
 #include "attention/flash_fwd_kernel.hpp"
 #include "attention/flash_fwd_params.hpp"
 #include "common/cuda_check.hpp"
+#include "common/launch.cuh"
 
 namespace xstage::attention::detail {
 
@@ -36,8 +37,7 @@ void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream
   }
 
   const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
-  kernel<<<grid, Kernel::kNumThreads, smem_bytes, stream>>>(params);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
 }
 
 template <FwdTileConfigId kId>

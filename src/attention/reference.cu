@@ -2,6 +2,7 @@
 
 #include "attention/reference.hpp"
 #include "common/cuda_check.hpp"
+#include "common/launch.cuh"
 
 namespace xstage::attention {
 namespace {
@@ -73,10 +74,9 @@ __global__ void __launch_bounds__(kThreads) reference_attention_kernel(FlashFwdP
 void reference_attention_gpu(FlashFwdArgs const& args, float* o_ref, float* lse_ref, cudaStream_t stream) {
   const FlashFwdProblem& p = args.problem;
   const dim3 grid(p.seqlen_q, p.heads, p.batch);
-  reference_attention_kernel<<<grid, kThreads, 0, stream>>>(p, static_cast<const __nv_bfloat16*>(args.q),
+  launch_kernel(reference_attention_kernel, grid, kThreads, 0, stream, p, static_cast<const __nv_bfloat16*>(args.q),
                                                             static_cast<const __nv_bfloat16*>(args.k),
                                                             static_cast<const __nv_bfloat16*>(args.v), o_ref, lse_ref);
-  XSTAGE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace xstage::attention

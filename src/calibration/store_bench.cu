@@ -8,6 +8,7 @@
 #include "common/device_clock.cuh"
 #include "common/stats.hpp"
 #include "common/error.hpp"
+#include "common/launch.cuh"
 
 namespace xstage::calibration {
 
@@ -321,10 +322,9 @@ StoreBenchRaw StoreBench::run(const StoreBenchConfig& cfg, double clock_mhz_for_
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_error_, 0, sizeof(unsigned), stream));
   XSTAGE_CUDA_CHECK(cudaEventRecord(ev_start_, stream));
   if (cfg.path == StorePath::st_global_16B)
-    st_global_bench_kernel<<<cfg.K, kStoreThreads, smem, stream>>>(a);
+    launch_kernel(st_global_bench_kernel, cfg.K, kStoreThreads, smem, stream, a);
   else
-    tma_bulk_bench_kernel<<<cfg.K, kTmaThreads, smem, stream>>>(a);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+    launch_kernel(tma_bulk_bench_kernel, cfg.K, kTmaThreads, smem, stream, a);
   XSTAGE_CUDA_CHECK(cudaEventRecord(ev_stop_, stream));
   XSTAGE_CUDA_CHECK(cudaEventSynchronize(ev_stop_));
 
@@ -432,10 +432,9 @@ std::int64_t count_mismatches(const void* base, const StoreBenchConfig& cfg, con
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_count, 0, sizeof *d_count, stream));
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_expected, expected.data(), sizeof(ExpectedRegion) * expected.size(),
                                     cudaMemcpyHostToDevice, stream));
-  count_mismatches_kernel<<<264, 256, 0, stream>>>(static_cast<const uint4*>(base), cfg.slot_bytes / 16, cfg.slots,
+  launch_kernel(count_mismatches_kernel, 264, 256, 0, stream, static_cast<const uint4*>(base), cfg.slot_bytes / 16, cfg.slots,
                                                    cfg.B_bytes / 16, cfg.K, d_expected,
                                                    cfg.path == StorePath::tma_bulk, d_count);
-  XSTAGE_CUDA_CHECK_LAUNCH();
   unsigned long long count = 0;
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(&count, d_count, sizeof count, cudaMemcpyDeviceToHost, stream));
   XSTAGE_CUDA_CHECK(cudaFreeAsync(d_count, stream));

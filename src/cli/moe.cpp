@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -30,11 +31,12 @@
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
 #include "common/run_info.hpp"
-#include "moe/layer.hpp"
+#include "moe/harness/layer.hpp"
 #include "moe/megamoe.hpp"
-#include "moe/reference.hpp"
-#include "moe/routing.hpp"
-#include "moe/unfused.hpp"
+#include "moe/reference/reference.hpp"
+#include "moe/problem/routing.hpp"
+#include "moe/baseline/unfused.hpp"
+#include "moe/weights.hpp"
 
 namespace xstage::cli {
 namespace {
@@ -144,6 +146,13 @@ std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe:
   return std::make_unique<moe::FusedMoeLayer>(pr, rt, opt);
 }
 
+// One call, then wait for it and report a device-side failure (the op interface's enqueue and poll).
+void run_and_wait(moe::MoeLayerImpl& layer, const moe::MoeLayerViews& views, cudaStream_t stream) {
+  layer.enqueue(views, stream);
+  XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  layer.poll();
+}
+
 // Rows this rank's experts receive and how many of them receive none, from the host routing.
 struct OwnerLoad {
   std::int64_t rows = 0;
@@ -170,10 +179,7 @@ std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
   return seed;
 }
 
-// Tile width b_n: 256 (fewer, larger wgmma tiles for the fused kernel) where Linear-1's N = 2·h_inter allows
-// it and h is a multiple of 256 (bf16) or of 128 (fp8: the fused fp8 kernel needs 256-wide Linear-1 tiles, and
-// an h that is an odd multiple of 128 leaves each row's last Linear-2 block half full), else 128; `tile_n`
-// forces one. Every implementation of a run gets the same problem (W1's tile-interleaved storage depends on
+// Tile width b_n: moe::default_tile_n (weights.hpp), or `tile_n` forces one. Every implementation of a run gets the same problem (W1's tile-interleaved storage depends on
 // b_n; the unfused layer reads it with any b_n).
 moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_n, moe::DType dtype) {
   moe::MoeProblem pr;
@@ -183,9 +189,7 @@ moe::MoeProblem make_problem(int P, int E, int k, int h, int I, int T, int tile_
   pr.h_hidden = h;
   pr.h_inter = I;
   pr.T_tokens = T;
-  const bool l1_256 = (2 * I) % 256 == 0;
-  const bool wide = dtype == moe::DType::fp8_e4m3 ? l1_256 && h % 128 == 0 : l1_256 && h % 256 == 0;
-  pr.b_n = tile_n ? tile_n : (wide ? 256 : 128);
+  pr.b_n = tile_n ? tile_n : moe::default_tile_n(dtype, h, I);
   pr.dtype = dtype;
   moe::validate(pr);
   return pr;
@@ -300,8 +304,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
         for (int run = 0; run < 3; ++run) {
           moe::poison_output(out, stream);
           rt.barrier();
-          layer->forward(in, out, stream);
-          layer->finish(stream);
+          run_and_wait(*layer, in.views(out), stream);
           auto got = copy_out(out, elems, stream);
           if (run == 0) {
             double err2 = 0, ref2 = 0;
@@ -376,7 +379,9 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mhz) {
   const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(&layer);
   if (!fused || clock_mhz <= 0) return nullptr;
-  const moe::MoeKernelStats& st = fused->last_stats();
+  const std::optional<moe::MoeKernelStats> stats = fused->read_stats();
+  if (!stats) return nullptr;  // a build without the kernel's counters (CMake -DXSTAGE_MOE_STATS=ON has them)
+  const moe::MoeKernelStats& st = *stats;
   const double per_cta_us = 1.0 / (fused->grid() * clock_mhz);
   return {{"ctas", fused->grid()}, {"sm_clock_mhz", clock_mhz},
           {"consumer_us_per_cta", st.consumer_cycles * per_cta_us},
@@ -493,9 +498,14 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         continue;
       }
       moe::LayerOutput out = moe::make_layer_output(pr);
-      auto launch = [&] { layer->forward(in, out, stream); };
+      const moe::MoeLayerViews views = in.views(out);
+      auto launch = [&] { layer->enqueue(views, stream); };
+      auto finish = [&] {
+        XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        layer->poll();
+      };
       launch();  // untimed first run
-      layer->finish(stream);
+      finish();
       // One trial of the paper protocol: all ranks line up, then one event-timed forward.
       std::vector<double> enqueue_us;  // host time to enqueue one forward (the GPU runs meanwhile)
       auto barrier_aligned_forward_ms = [&] {
@@ -505,7 +515,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         launch();
         enqueue_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
         XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        layer->finish(stream);
+        finish();
         float elapsed_ms = 0;
         XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
         return elapsed_ms;
@@ -524,7 +534,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         }
         const int iterations = std::clamp(static_cast<int>(args.warmup_ms / std::max(slowest, 1e-3f)), 1, 2000);
         for (int i = 0; i < iterations; ++i) launch();
-        layer->finish(stream);
+        finish();
         warmed = true;
       }
       std::vector<double> ms(args.trials);
@@ -537,7 +547,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       struct RankStats {
         double clock_mhz;
         std::int64_t peer_bytes, rows_received;
-      } mine{clock_mhz, layer->last_peer_bytes(), load.rows};
+      } mine{clock_mhz, moe::peer_bytes_per_call(pr, data, rt.rank()), load.rows};
       const auto all_ms = rt.all_gather_bytes(ms.data(), ms.size() * sizeof(double));
       const auto all_stats = rt.all_gather_bytes(&mine, sizeof(mine));
       if (!lead) continue;

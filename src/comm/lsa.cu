@@ -3,6 +3,7 @@
 
 #include "comm/runtime.hpp"
 #include "common/cuda_check.hpp"
+#include "common/launch.cuh"
 
 namespace xstage::comm {
 
@@ -15,8 +16,7 @@ __global__ void resolve_lsa_pointer_kernel(ncclWindow_t window, std::size_t offs
 void* resolve_lsa_pointer(ncclWindow_t window, std::size_t offset, int peer, cudaStream_t stream) {
   void** d_out = nullptr;
   XSTAGE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_out), sizeof(void*), stream));
-  resolve_lsa_pointer_kernel<<<1, 1, 0, stream>>>(window, offset, peer, d_out);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(resolve_lsa_pointer_kernel, 1, 1, 0, stream, window, offset, peer, d_out);
   void* result = nullptr;
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(&result, d_out, sizeof(void*), cudaMemcpyDeviceToHost, stream));
   XSTAGE_CUDA_CHECK(cudaFreeAsync(d_out, stream));

@@ -1,9 +1,13 @@
 // Who stores to whom. Pure index math, shared by kernels, the host driver and CPU tests.
 #pragma once
 
+#include "common/host_device.hpp"
+
 namespace xstage::comm {
 
-#include "common/host_device.hpp"
+// Ranks a fused op's kernel parameters hold peer pointers for (one NVLink domain of H200s: 8). The
+// runtime and its signal barrier reach further (kMaxLsaRanks); an op with more ranks refuses them.
+inline constexpr int kMaxFusedOpRanks = 8;
 
 enum class Pairing {
   ring,       // every rank r stores to (r + 1) mod N, all at once: every NVLink direction loaded

@@ -10,13 +10,6 @@
 
 namespace xstage::comm {
 
-namespace {
-// NCCL probes the driver during set-up and leaves the failed probes' errors in CUDA's per-thread
-// last-error slot; drop them so the next kernel launch check does not report NCCL's probe as ours.
-// Every CUDA call of our own is checked where it is made, so nothing real is lost here.
-void discard_nccl_probe_errors() { (void)cudaGetLastError(); }
-}  // namespace
-
 int visible_gpu_count() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -53,20 +46,41 @@ Runtime::Runtime(const RankEnv& env) : env_(env) {
   XSTAGE_CUDA_CHECK(cudaSetDevice(device_));
   if (const char* lws = std::getenv("LOCAL_WORLD_SIZE"); lws && env_.world_size > 1)
     require_peer_access(std::atoi(lws));
-  XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-
   ncclUniqueId id{};
-  if (env_.rank == 0) XSTAGE_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (env_.rank == 0) id = new_unique_id();
   broadcast_from_rank0(env_, &id, sizeof id);
-  XSTAGE_NCCL_CHECK(ncclCommInitRank(&comm_, env_.world_size, id, env_.rank));
-  discard_nccl_probe_errors();
+  init_communicator(id);
+}
 
+Runtime::Runtime(const ncclUniqueId& id, int rank, int world_size, int device) {
+  require_input(world_size >= 1 && rank >= 0 && rank < world_size,
+                "rank " + std::to_string(rank) + " of a job of " + std::to_string(world_size) + " ranks does not exist");
+  const int count = visible_gpu_count();
+  if (device < 0 || device >= count)
+    throw PlatformError("rank " + std::to_string(rank) + " wants GPU " + std::to_string(device) + " but only " +
+                        std::to_string(count) + " GPUs are visible");
+  env_.rank = rank;
+  env_.world_size = world_size;
+  env_.local_rank = device;
+  device_ = device;
+  XSTAGE_CUDA_CHECK(cudaSetDevice(device_));
+  init_communicator(id);
+}
+
+ncclUniqueId Runtime::new_unique_id() {
+  ncclUniqueId id{};
+  XSTAGE_NCCL_CHECK(ncclGetUniqueId(&id));
+  return id;
+}
+
+void Runtime::init_communicator(const ncclUniqueId& id) {
+  XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  XSTAGE_NCCL_CHECK(ncclCommInitRank(&comm_, env_.world_size, id, env_.rank));
   lsa_size_ = ncclTeamLsa(comm_).nRanks;
   if (lsa_size_ != env_.world_size)
     throw PlatformError("only " + std::to_string(lsa_size_) + " of " + std::to_string(env_.world_size) +
                         " ranks are load/store reachable from rank " + std::to_string(env_.rank) +
                         " (NCCL's LSA team): xstage's one-sided stores need all ranks in one NVLink domain");
-
   scratch_bytes_ = 1 << 16;
   XSTAGE_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_ * (env_.world_size + 1)));
 }
@@ -84,7 +98,6 @@ Runtime::~Runtime() {
 void Runtime::barrier() {
   XSTAGE_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  discard_nccl_probe_errors();
 }
 
 std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t size) {
@@ -97,7 +110,6 @@ std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t s
     XSTAGE_CUDA_CHECK(cudaMemcpyAsync(send, static_cast<const std::byte*>(data) + done, chunk,
                                       cudaMemcpyHostToDevice, stream_));
     XSTAGE_NCCL_CHECK(ncclAllGather(send, recv, chunk, ncclUint8, comm_, stream_));
-    discard_nccl_probe_errors();
     for (int r = 0; r < env_.world_size; ++r)
       XSTAGE_CUDA_CHECK(cudaMemcpyAsync(out.data() + r * size + done, recv + r * chunk, chunk,
                                         cudaMemcpyDeviceToHost, stream_));
@@ -109,7 +121,6 @@ std::vector<std::byte> Runtime::all_gather_bytes(const void* data, std::size_t s
 SymmetricBuffer::SymmetricBuffer(Runtime& rt, std::size_t bytes) : rt_(rt), bytes_(bytes) {
   XSTAGE_NCCL_CHECK(ncclMemAlloc(&ptr_, bytes_));
   XSTAGE_NCCL_CHECK(ncclCommWindowRegister(rt_.comm(), ptr_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC));
-  discard_nccl_probe_errors();
 }
 
 SymmetricBuffer::~SymmetricBuffer() {
@@ -129,7 +140,6 @@ DeviceComm::DeviceComm(Runtime& rt, int lsa_barrier_count) : rt_(rt) {
   std::memset(&reqs, 0, sizeof reqs);  // 2.28 has no initializer macro
   reqs.lsaBarrierCount = lsa_barrier_count;
   XSTAGE_NCCL_CHECK(ncclDevCommCreate(rt_.comm(), &reqs, &dev_comm_));
-  discard_nccl_probe_errors();
 }
 
 DeviceComm::~DeviceComm() { ncclDevCommDestroy(rt_.comm(), &dev_comm_); }

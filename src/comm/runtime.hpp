@@ -27,6 +27,10 @@ class Runtime {
  public:
   // Selects GPU LOCAL_RANK, checks peer access, rendezvouses the NCCL id and creates the communicator.
   explicit Runtime(const RankEnv& env);
+  // Adopts a job set up elsewhere: a framework (torch.distributed under torchrun) has distributed `id`
+  // (from new_unique_id() on one rank) to every rank; this rank is `rank` of `world_size` on GPU `device`.
+  Runtime(const ncclUniqueId& id, int rank, int world_size, int device);
+  static ncclUniqueId new_unique_id();
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -45,6 +49,8 @@ class Runtime {
   std::vector<std::byte> all_gather_bytes(const void* data, std::size_t size);
 
  private:
+  void init_communicator(const ncclUniqueId& id);
+
   RankEnv env_;
   int device_ = 0;
   int lsa_size_ = 1;

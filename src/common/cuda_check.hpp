@@ -19,5 +19,4 @@
     }                                                                                        \
   } while (0)
 
-// After a kernel launch: launch-configuration errors now, execution errors at the next sync.
-#define XSTAGE_CUDA_CHECK_LAUNCH() XSTAGE_CUDA_CHECK(cudaGetLastError())
+// Kernel launches: launch_kernel (common/launch.cuh), which checks the launch's own return value.

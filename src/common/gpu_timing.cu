@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.hpp"
+#include "common/launch.cuh"
 
 namespace xstage {
 namespace {
@@ -73,8 +74,7 @@ void warm_up(const std::function<void()>& launch, double ms, cudaStream_t stream
 double measure_sm_clock_mhz() {
   unsigned long long* d = nullptr;
   XSTAGE_CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(unsigned long long)));
-  clock_probe_kernel<<<1, 1>>>(20'000'000ull, d);
-  XSTAGE_CUDA_CHECK_LAUNCH();
+  launch_kernel(clock_probe_kernel, 1, 1, 0, nullptr, 20'000'000ull, d);
   unsigned long long h[2] = {0, 0};
   const cudaError_t err = cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
   cudaFree(d);

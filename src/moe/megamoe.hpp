@@ -1,29 +1,30 @@
-// The fused MegaMoE layer (megamoe_kernel.cuh) as a MoeLayerImpl: one symmetric window per layer, and per
-// forward four stream-ordered steps with no host synchronisation:
+// The fused MegaMoE layer (kernel/megamoe_kernel.cuh) as a MoeLayerImpl: one symmetric window per layer,
+// and per call five stream-ordered steps, with no host synchronisation (a captured CUDA graph replays them):
 //   1. prologue   wait (bounded) until every peer has finished reading this rank's previous call;
-//   2. publish    copy this call's tokens into the window, zero the per-call counters, and route: per
-//                 expert, the count and token-ordered list of this rank's (token, k) pairs;
-//   3. MegaMoE    the persistent kernel: raise send_ready, dispatch by pulling, Linear-1 + SwiGLU,
-//                 Linear-2 with remote-store combine, top-k reduction; the last CTA signals the peers;
-//   4. finish()   (called by the harness after its timing) synchronises and turns a device-side timeout
-//                 or capacity overflow into an error that says what was awaited. The kernel does not trap
-//                 (the CUDA context stays usable), but the ranks' call epochs no longer agree after a
-//                 failure, so the layer refuses further calls.
+//   2. publish    copy (fp8: quantize 1×128) this call's tokens into the window, zero the per-call counters;
+//   3. route      per expert, the count and token-ordered list of this rank's (token, k) pairs, with the
+//                 router's ids checked (kernel/call_kernels.hpp);
+//   4. MegaMoE    the persistent kernel: raise send_ready, dispatch by pulling, Linear-1 + SwiGLU, Linear-2
+//                 with remote-store combine, top-k reduction; the last CTA advances the call counter and
+//                 signals the peers.
+// The call counter lives on the device (comm/device/call_epoch.cuh), so replays count as calls. poll()
+// reports a device-side failure of any earlier call (a wait that timed out, bad router input) without
+// synchronising; after a failure the layer refuses further calls (the ranks' call counts may disagree).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "comm/call_state.hpp"
 #include "comm/runtime.hpp"
-#include "moe/layer.hpp"
-#include "moe/layout.hpp"
-#include "moe/megamoe_device.cuh"
+#include "moe/harness/layer.hpp"
+#include "moe/kernel/launch.hpp"
+#include "moe/kernel/stats.hpp"
+#include "moe/problem/layout.hpp"
 
 namespace xstage::moe {
-
-enum class MoeScheduleKind { expert_wave, interleaved };
-const char* to_string(MoeScheduleKind kind);
 
 struct FusedMoeOptions {
   MoeScheduleKind schedule = MoeScheduleKind::interleaved;
@@ -40,44 +41,34 @@ class FusedMoeLayer final : public MoeLayerImpl {
  public:
   // Allocates the symmetric window on every rank (collective: all ranks construct together).
   FusedMoeLayer(const MoeProblem& problem, comm::Runtime& rt, const FusedMoeOptions& options);
-  ~FusedMoeLayer() override;
   FusedMoeLayer(const FusedMoeLayer&) = delete;
   FusedMoeLayer& operator=(const FusedMoeLayer&) = delete;
 
-  void forward(const LayerInputs& in, LayerOutput& out, cudaStream_t stream) override;
-  void finish(cudaStream_t stream) override;
+  void enqueue(const MoeLayerViews& views, cudaStream_t stream) override;
+  void poll() const override;
   std::string name() const override;
-  std::int64_t last_peer_bytes() const override { return last_peer_bytes_; }
 
   const SymmetricWindow& window() const { return window_; }
-  // Where the last forward's time went (valid after finish()).
-  const MoeKernelStats& last_stats() const { return last_stats_; }
+  // Calls the device has completed (blocking; tests and reports).
+  std::uint32_t calls_done() const { return state_.calls_done(); }
+  // The last call's kernel statistics (blocking), or nullopt in a build without them (kMoeStats).
+  std::optional<MoeKernelStats> read_stats() const;
   int D_rows() const { return D_rows_; }
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }
+  MegaMoeConfigId config() const { return config_; }
 
  private:
-  // Calls f(std::type_identity<Config>{}) with the kernel configuration this layer runs.
-  template <class F>
-  void with_config(F&& f) const;
-  template <class C>
-  void launch(const LayerInputs& in, LayerOutput& out, cudaStream_t stream, std::uint32_t epoch, const WaitContext& ctx);
-
   MoeProblem pr_;
   comm::Runtime& rt_;
   FusedMoeOptions opt_;
   SymmetricWindow window_;
   std::unique_ptr<comm::SymmetricBuffer> buffer_;
-  char* peer_[kMaxEpRanks] = {};
-  MoeDeviceStatus* status_ = nullptr;  // host-mapped
-  MoeKernelStats* stats_ = nullptr;  // device
-  std::uint32_t* aborted_ = nullptr;  // device: a wait failed in this call
-  MoeKernelStats last_stats_{};
-  std::uint32_t epoch_ = 0;
+  comm::CallState state_;
+  DeviceBuffer stats_;  // MoeKernelStats, kMoeStats builds only
+  MegaMoeLaunch launch_;  // everything but the call's operands
+  MegaMoeConfigId config_{};
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1, cluster_n_ = 1, cluster_m_ = 1;
-  bool half_l2_ = false;  // each row's last Linear-2 block is half full (MegaMoeConfig::kHalfL2)
-  std::int64_t last_peer_bytes_ = 0;
-  std::string failure_;  // set by finish() when a device wait failed; the layer refuses further calls
 };
 
 }  // namespace xstage::moe

@@ -12,8 +12,8 @@
 
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
-#include "moe/quantize.hpp"
-#include "moe/quantize_device.hpp"
+#include "moe/fp8/quantize.hpp"
+#include "moe/fp8/quantize_device.hpp"
 
 namespace xstage::moe {
 namespace {

@@ -1,11 +1,14 @@
-// GPU tests of the fused MegaMoE layer's call protocol: many calls in a row, a missing peer, a capacity
-// overflow. (Correctness on awkward shapes against the float64 reference is `xstage moe check`.) Needs 2+
-// GPUs joined by NVLink; run by scripts/gpu/moe.sh, never by ctest (CI has no GPU).
+// GPU tests of the fused MegaMoE layer's call protocol: many calls in a row, CUDA-graph capture and replay
+// (which also proves a call never synchronises the host: capture fails on any synchronising call), bad
+// router input, a missing peer, a capacity overflow. (Correctness on awkward shapes against the float64
+// reference is `xstage moe check`.) Runs on 1 GPU (P = 1) or more joined by NVLink; the peer tests need 2.
+// Run by scripts/gpu/moe.sh, never by ctest (CI has no GPU).
 //
 // Started without RANK in the environment, the program starts one local rank of itself per visible GPU;
 // every rank runs the same tests in the same order so that the collectives inside them pair up.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,10 +19,10 @@
 #include "common/cuda_check.hpp"
 #include "common/error.hpp"
 #include "rank_test_main.hpp"
-#include "moe/layer.hpp"
+#include "moe/harness/layer.hpp"
 #include "moe/megamoe.hpp"
-#include "moe/reference.hpp"
-#include "moe/routing.hpp"
+#include "moe/reference/reference.hpp"
+#include "moe/problem/routing.hpp"
 
 namespace xstage::moe {
 namespace {
@@ -56,15 +59,22 @@ double rel_l2(const std::vector<std::uint16_t>& got, const std::vector<float>& w
   return std::sqrt(e2 / r2);
 }
 
-// The message of the PlatformError that forward + finish throw, or "" when they do not.
-std::string platform_error_of(FusedMoeLayer& layer, const LayerInputs& in, LayerOutput& out, cudaStream_t stream) {
+// One call, waited for: the message of the PlatformError that poll() throws, or "" when there is none.
+std::string platform_error_of(MoeLayerImpl& layer, const MoeLayerViews& views, cudaStream_t stream) {
   try {
-    layer.forward(in, out, stream);
-    layer.finish(stream);
+    layer.enqueue(views, stream);
+    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    layer.poll();
   } catch (const PlatformError& e) {
     return e.what();
   }
   return "";
+}
+
+void run_and_wait(MoeLayerImpl& layer, const MoeLayerViews& views, cudaStream_t stream) {
+  layer.enqueue(views, stream);
+  XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  layer.poll();
 }
 
 // Thirty calls of one layer: each rank's output matches the reference and is bitwise the same every call
@@ -86,8 +96,7 @@ TEST(FusedMoeGpu, ManyCallsStayCorrectAndIdentical) {
     std::vector<std::uint16_t> first;
     for (int call = 0; call < 30; ++call) {
       poison_output(out, rt.stream());
-      layer.forward(in, out, rt.stream());
-      layer.finish(rt.stream());
+      run_and_wait(layer, in.views(out), rt.stream());
       const auto got = output_bits(out, static_cast<std::int64_t>(in.tokens) * pr.h_hidden);
       if (call == 0) {
         EXPECT_LT(rel_l2(got, want), 1e-2) << to_string(kind);
@@ -104,6 +113,7 @@ TEST(FusedMoeGpu, ManyCallsStayCorrectAndIdentical) {
 // the peer; the CUDA context stays usable (the NCCL barrier below runs) and the layer refuses more calls.
 TEST(FusedMoeGpu, MissingPeerTimesOutAndNamesIt) {
   comm::Runtime& rt = *g_rt;
+  if (rt.world_size() < 2) GTEST_SKIP() << "needs a peer";
   const MoeProblem pr = tiny_problem(rt.world_size(), 64);
   LayerData data;
   data.seed = 5;
@@ -114,10 +124,10 @@ TEST(FusedMoeGpu, MissingPeerTimesOutAndNamesIt) {
   FusedMoeLayer layer(pr, rt, opt);
   LayerOutput out = make_layer_output(pr);
   if (rt.rank() == 0) {
-    const std::string message = platform_error_of(layer, in, out, rt.stream());
+    const std::string message = platform_error_of(layer, in.views(out), rt.stream());
     EXPECT_NE(message.find("timed out after"), std::string::npos) << message;
     EXPECT_NE(message.find("send_ready of peer rank[1]"), std::string::npos) << message;
-    EXPECT_THROW(layer.forward(in, out, rt.stream()), PlatformError);
+    EXPECT_THROW(layer.enqueue(in.views(out), rt.stream()), PlatformError);
   }
   rt.barrier();
 }
@@ -127,6 +137,7 @@ TEST(FusedMoeGpu, MissingPeerTimesOutAndNamesIt) {
 // ranks time out waiting for its rows.
 TEST(FusedMoeGpu, CapacityOverflowIsReportedNotWritten) {
   comm::Runtime& rt = *g_rt;
+  if (rt.world_size() < 2) GTEST_SKIP() << "one rank never receives more than its balanced share plus padding";
   const MoeProblem pr = tiny_problem(rt.world_size(), 2048, 1);
   LayerData data;
   data.seed = 9;
@@ -142,7 +153,7 @@ TEST(FusedMoeGpu, CapacityOverflowIsReportedNotWritten) {
   for (int r = 0; r < pr.P_ranks; ++r) overflowing_ranks += routing.rows_used(r) > layer.window().dispatch.capacity_rows;
   ASSERT_GE(overflowing_ranks, 1) << "the routing must overflow some rank for this test to mean anything";
   LayerOutput out = make_layer_output(pr);
-  const std::string message = platform_error_of(layer, in, out, rt.stream());
+  const std::string message = platform_error_of(layer, in.views(out), rt.stream());
   if (overflows) {
     EXPECT_NE(message.find("dispatch capacity exceeded on rank " + std::to_string(rt.rank())), std::string::npos) << message;
     EXPECT_NE(message.find(std::to_string(routing.rows_used(rt.rank()))), std::string::npos) << message;
@@ -152,9 +163,96 @@ TEST(FusedMoeGpu, CapacityOverflowIsReportedNotWritten) {
   rt.barrier();
 }
 
+// One call captured in a CUDA graph (global capture mode: any host-synchronising call inside the call fails
+// the capture) and replayed 100 times, the output poisoned before each replay: every replay equals the eager
+// call bit for bit, and each counts as a call on the device (the call counter lives there, so the peers'
+// handshakes compare against a fresh epoch every replay; a counter baked into the kernel's parameters would
+// replay the same epoch, and with peers a replay could read their buffers while they are being rewritten).
+TEST(FusedMoeGpu, GraphReplaysMatchEagerCallsAndCountAsCalls) {
+  comm::Runtime& rt = *g_rt;
+  const MoeProblem pr = tiny_problem(rt.world_size(), 300);
+  LayerData data;
+  data.seed = 23;
+  data.topk = skewed_routing(pr, 1.0, 23);
+  const LayerInputs in = make_layer_inputs(pr, rt.rank(), data, rt.stream());
+  const std::int64_t elems = static_cast<std::int64_t>(in.tokens) * pr.h_hidden;
+  for (MoeScheduleKind kind : {MoeScheduleKind::expert_wave, MoeScheduleKind::interleaved}) {
+    FusedMoeOptions opt;
+    opt.schedule = kind;
+    FusedMoeLayer layer(pr, rt, opt);
+    LayerOutput out = make_layer_output(pr);
+    poison_output(out, rt.stream());
+    run_and_wait(layer, in.views(out), rt.stream());
+    const std::vector<std::uint16_t> eager = output_bits(out, elems);
+
+    cudaStream_t capture = nullptr;
+    XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    XSTAGE_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal));
+    layer.enqueue(in.views(out), capture);
+    XSTAGE_CUDA_CHECK(cudaStreamEndCapture(capture, &graph));
+    XSTAGE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    constexpr int kReplays = 100;
+    int identical = 0;
+    for (int i = 0; i < kReplays; ++i) {
+      poison_output(out, capture);
+      rt.barrier();  // the ranks' replays pair up like eager calls do
+      XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, capture));
+      XSTAGE_CUDA_CHECK(cudaStreamSynchronize(capture));
+      layer.poll();
+      identical += output_bits(out, elems) == eager;
+    }
+    EXPECT_EQ(identical, kReplays) << to_string(kind);
+    EXPECT_EQ(layer.calls_done(), 1u + kReplays) << to_string(kind);
+    XSTAGE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    XSTAGE_CUDA_CHECK(cudaGraphDestroy(graph));
+    XSTAGE_CUDA_CHECK(cudaStreamDestroy(capture));
+    rt.barrier();
+  }
+}
+
+// Bad router input on rank 0 (an expert id outside [0, E), then an expert repeated in one token's top-k):
+// poll() names the token and the id, the call completes well within the device timeout (the route kernel
+// drops the bad pairs and the owners and the reduction agree on what is stored), and no other rank fails.
+TEST(FusedMoeGpu, BadRouterInputIsNamedNotATimeout) {
+  comm::Runtime& rt = *g_rt;
+  const MoeProblem pr = tiny_problem(rt.world_size(), 64);
+  LayerData data;
+  data.seed = 31;
+  data.topk = balanced_routing(pr, 31);
+  struct Case {
+    int id;             // what token 3 picks as its second expert on rank 0
+    const char* expect;
+  };
+  const Case cases[] = {{pr.E_experts + 7, "token 3 picks expert "}, {-1, "token 3 picks expert -1, outside [0, "}, {-2, "more than once"}};
+  for (const Case& c : cases) {
+    LayerData bad = data;
+    auto& ids = bad.topk[0].ids;
+    ids[3 * pr.top_k + 1] = c.id == -2 ? ids[3 * pr.top_k] : c.id;  // -2: the token's first expert again
+    const LayerInputs in = make_layer_inputs(pr, rt.rank(), bad, rt.stream());
+    FusedMoeOptions opt;
+    opt.timeout_s = 5.0;
+    FusedMoeLayer layer(pr, rt, opt);
+    LayerOutput out = make_layer_output(pr);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string message = platform_error_of(layer, in.views(out), rt.stream());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, 2.0) << "the call must not wait for the timeout: " << message;
+    if (rt.rank() == 0) {
+      EXPECT_NE(message.find("bad router input on rank 0"), std::string::npos) << message;
+      EXPECT_NE(message.find(c.expect), std::string::npos) << message;
+      EXPECT_EQ(message.find("timed out"), std::string::npos) << message;
+    } else {
+      EXPECT_EQ(message, "") << "rank " << rt.rank() << " got rank 0's router error";
+    }
+    rt.barrier();
+  }
+}
+
 }  // namespace
 }  // namespace xstage::moe
 
 int main(int argc, char** argv) {
-  return xstage::test::run_rank_tests(argc, argv, "xstage_moe_gpu_tests", &xstage::moe::g_rt);
+  return xstage::test::run_rank_tests(argc, argv, "xstage_moe_gpu_tests", &xstage::moe::g_rt, /*min_gpus=*/1);
 }

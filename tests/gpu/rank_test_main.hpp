@@ -1,13 +1,14 @@
 // The main() of the multi-GPU test programs: started without RANK in the environment, the program starts
-// one local rank of itself per visible GPU (at least 2, peer access checked); as a rank, it creates the
-// runtime, hands it to the tests through `*runtime` and runs them. Every rank runs the same tests in the
-// same order, so the collectives inside them pair up.
+// one local rank of itself per visible GPU (at least `min_gpus`, peer access checked); as a rank, it creates
+// the runtime, hands it to the tests through `*runtime` and runs them. Every rank runs the same tests in the
+// same order, so the collectives inside them pair up; tests that need a peer skip on one rank.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
@@ -15,13 +16,15 @@
 
 namespace xstage::test {
 
-inline int run_rank_tests(int argc, char** argv, const char* program, comm::Runtime** runtime) {
+inline int run_rank_tests(int argc, char** argv, const char* program, comm::Runtime** runtime, int min_gpus = 2) {
   try {
     const auto env = comm::rank_env_from_environment();
     if (!env) {
       const int gpus = comm::visible_gpu_count();
-      if (gpus < 2) throw PlatformError(std::string(program) + " needs 2 GPUs joined by NVLink; 1 is visible");
-      comm::require_peer_access(gpus);
+      if (gpus < min_gpus)
+        throw PlatformError(std::string(program) + " needs " + std::to_string(min_gpus) + " GPUs joined by NVLink; " +
+                            std::to_string(gpus) + " visible");
+      if (gpus > 1) comm::require_peer_access(gpus);
       return comm::run_local_ranks(gpus);
     }
     ::testing::InitGoogleTest(&argc, argv);

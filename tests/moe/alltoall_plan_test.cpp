@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "common/error.hpp"
-#include "moe/alltoall_plan.hpp"
-#include "moe/routing.hpp"
+#include "moe/baseline/alltoall_plan.hpp"
+#include "moe/problem/routing.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "moe/alltoall_plan.hpp"
-#include "moe/fp8_expert_rows.hpp"
-#include "moe/routing.hpp"
+#include "moe/baseline/alltoall_plan.hpp"
+#include "moe/baseline/fp8_expert_rows.hpp"
+#include "moe/problem/routing.hpp"
 
 namespace xstage::moe {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <random>
 
-#include "moe/layout.hpp"
-#include "moe/quantize.hpp"
-#include "moe/reference.hpp"
+#include "moe/problem/layout.hpp"
+#include "moe/fp8/quantize.hpp"
+#include "moe/reference/reference.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "moe/fp8.hpp"
-#include "moe/quantize.hpp"
+#include "moe/fp8/fp8.hpp"
+#include "moe/fp8/quantize.hpp"
 
 namespace xstage::moe {
 namespace {

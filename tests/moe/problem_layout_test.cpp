@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "moe/layout.hpp"
+#include "moe/problem/layout.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {
@@ -109,7 +109,6 @@ TEST(MoeLayout, RegionsDisjointAlignedAndInBounds) {
     EXPECT_TRUE(inside(w.ring.region, w.ring.l1_tile_offset(15, pr.P1_l1_n_blocks() - 1) + (pr.b_m - 1) * w.ring.row_pitch_bytes,
                        (pr.b_n / 2) * pr.elem_bytes()));
     EXPECT_TRUE(inside(w.combine.region, w.combine.row_offset(pr.T_tokens - 1, pr.top_k - 1), w.combine.row_pitch_bytes));
-    EXPECT_TRUE(inside(w.counters.region, w.counters.ctas_finished(), 4));
     EXPECT_TRUE(inside(w.counters.region, w.counters.l2_done(15), 4));
     EXPECT_TRUE(inside(w.epochs.region, w.epochs.peer_finished(P - 1), 4));
   }
@@ -159,7 +158,6 @@ TEST(MoeLayout, CountersAndRingSlotsDoNotAlias) {
   for (int p = 0; p < w.counters.max_rows; ++p) offs.insert(w.counters.dispatch_ready(p));
   for (int s = 0; s < 5; ++s) offs.insert(w.counters.l1_done(s)), offs.insert(w.counters.l2_done(s));
   offs.insert(w.counters.combine_arrived());
-  offs.insert(w.counters.ctas_finished());
   EXPECT_EQ(static_cast<int>(offs.size()), w.counters.count());
   std::set<std::int64_t> epochs{w.epochs.send_ready()};
   for (int s = 0; s < pr.P_ranks; ++s) epochs.insert(w.epochs.peer_finished(s));

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "common/error.hpp"
-#include "moe/reference.hpp"
+#include "moe/reference/reference.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {

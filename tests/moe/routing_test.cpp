@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/error.hpp"
-#include "moe/routing.hpp"
+#include "moe/problem/routing.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {

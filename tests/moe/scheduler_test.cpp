@@ -13,8 +13,8 @@
 
 #include "common/error.hpp"
 #include "model/moe.hpp"
-#include "moe/layout.hpp"
-#include "moe/schedule_host.hpp"
+#include "moe/problem/layout.hpp"
+#include "moe/schedule/schedule_host.hpp"
 #include "test_util.hpp"
 
 namespace xstage::moe {

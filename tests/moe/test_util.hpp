@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "moe/problem.hpp"
-#include "moe/routing.hpp"
+#include "moe/problem/problem.hpp"
+#include "moe/problem/routing.hpp"
 
 namespace xstage::moe::test {
 

@@ -1,0 +1,37 @@
+// The call counter of a fused op, in device memory and advanced by the op's own kernels, so that a call
+// captured in a CUDA graph and replayed counts as a new call each time (a counter kept by the host and
+// baked into the kernel's parameters would replay the same number, and the cross-rank handshakes that
+// compare against it would pass at once).
+//
+// Call e (1, 2, ...) is the call that runs while calls_done = e - 1. Every CTA of the op's main kernel
+// reads it at its start; the last CTA to finish (counted on ctas_done, which it resets) publishes
+// calls_done = e. That is safe without any other synchronisation: each CTA reads calls_done before its
+// own increment of ctas_done, and the last increment comes after all of them. Kernels that run before the
+// main one in the same call (a prologue) read the same e, since calls_done changes only at its end.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/device_status.hpp"
+
+#if defined(__CUDACC__)
+namespace xstage::comm {
+
+// The call running now.
+__device__ __forceinline__ std::uint32_t current_call(const CallEpochView& v) {
+  return *static_cast<const volatile std::uint32_t*>(v.calls_done) + 1u;
+}
+
+// Called once per CTA (one thread) after everything it does in the call; true on the last CTA of the grid,
+// which has then published the call as done. The CTA's earlier writes are ordered before by the fence.
+__device__ __forceinline__ bool finish_cta(const CallEpochView& v, std::uint32_t epoch, unsigned ctas) {
+  __threadfence();
+  if (atomicAdd(v.ctas_done, 1u) != ctas - 1u) return false;
+  *static_cast<volatile std::uint32_t*>(v.ctas_done) = 0u;
+  *static_cast<volatile std::uint32_t*>(v.calls_done) = epoch;
+  __threadfence();
+  return true;
+}
+
+}  // namespace xstage::comm
+#endif  // __CUDACC__

@@ -1,0 +1,105 @@
+// The consumer role (warpgroups 1-2, 64 rows each of the 128 × b_n tile): per tile of this CTA's walk, the
+// mainloop (mainloop.cuh), then the Linear-1 epilogue (SwiGLU into the ring) or the Linear-2 epilogue (into
+// the staging buffer the storers drain).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "moe/kernel/epilogue_l1.cuh"
+#include "moe/kernel/epilogue_l2.cuh"
+#include "moe/kernel/mainloop.cuh"
+#include "moe/kernel/params.hpp"
+#include "moe/kernel/protocol.cuh"
+#include "moe/kernel/tile_walk.cuh"
+
+namespace xstage::moe {
+
+template <class Schedule, class C>
+__device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline, int tid) {
+  using namespace cute;
+  const MoeProblem& pr = prm.pr;
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutBMma{});
+  typename C::TiledMma mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor tCrA = thr.partition_fragment_A(sA);  // (MMA, MMA_M, MMA_K, stages)
+  Tensor tCrB = thr.partition_fragment_B(sB);  // (MMA, MMA_N, MMA_K, stages · b_n/kMmaN)
+  typename C::TiledMmaTile mma_tile;
+  Tensor acc = partition_fragment_C(mma_tile, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+  Tensor tCcC = mma_tile.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}));
+  constexpr int kAcc = decltype(size(acc))::value;  // 64 rows × b_n columns per warpgroup: b_n / 2 per thread
+  static_assert(kAcc == C::kBlockN / 2);
+  constexpr int kHalf = C::kBlockN / 2;
+  // SwiGLU pairs gate column c < b_n/2 with up column c + b_n/2, which the SM90 accumulator layout puts in
+  // the same thread, kAcc/2 values later. Checked once, so a layout change cannot silently break it.
+  for (int v = 0; v < kAcc / 2; ++v)
+    if (get<1>(tCcC(v)) >= kHalf || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + kHalf ||
+        get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
+      moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
+  const int r0 = get<0>(tCcC(0));  // this thread's rows: r0 (value bit 1 clear) and r0 + 8 (set)
+  [[maybe_unused]] auto tmp = [&] {
+    if constexpr (C::kFp8) {
+      // The half accumulator is the tile's first kAcc/2 values, column for column, so half h of the tile is
+      // values [h·kAcc/2, (h+1)·kAcc/2) of acc; and value v's row is r0 + 8·bit 1 of v.
+      Tensor t = partition_fragment_C(mma, Shape<Int<C::kBlockM>, Int<C::kMmaN>>{});
+      Tensor tCcH = thr.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kMmaN>>{}));
+      static_assert(decltype(size(t))::value == kAcc / 2);
+      for (int v = 0; v < kAcc / 2; ++v)
+        if (get<0>(tCcH(v)) != get<0>(tCcC(v)) || get<1>(tCcH(v)) != get<1>(tCcC(v)) ||
+            get<0>(tCcC(v)) != r0 + ((v & 2) ? 8 : 0))
+          moe_device_fail(prm.wait, MoeWait::accumulator_layout, kAcc + v, 0, 0);
+      return t;
+    } else {
+      return 0;
+    }
+  }();
+
+  typename C::Pipeline::PipelineState state;
+  const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  int j = 0, l1_tiles = 0;  // L2 tiles so far (staging slot and phase), L1 tiles so far
+  long long first_start = -1, last_end = 0;
+  unsigned long long staging_wait = 0, first_start_ns = 0;
+  for (CtaTileWalk<Schedule, C> walk(sched, smem.n_row_last, blockIdx.x); walk.next();) {
+    const Tile t = walk.tile;
+    const int cta_row0 = walk.first_row();  // this CTA's rows inside the scheduler row (mixed pairs: 0 or 128)
+    const int k_blocks = (t.stage == Stage::L1 ? pr.h_hidden : pr.h_inter) / C::kBlockK;
+    if constexpr (kMoeStats) {
+      if (first_start < 0) {
+        first_start = clock64();
+        if (tid == 0) {
+          first_start_ns = global_timer_ns();
+          atomicMax(&prm.stats->first_tile_not_ns, ~first_start_ns);
+        }
+      }
+    }
+    if constexpr (!C::kFp8)
+      mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, k_blocks, prm.wait);
+    else
+      mainloop_fp8<C>(pipeline, state, mma, tCrA, tCrB, acc, tmp, fp8_scale_source(prm, t, cta_row0, r0), k_blocks, prm.wait);
+
+    if (t.stage == Stage::L1) {
+      l1_epilogue(prm, t, cta_row0, acc, tCcC, r0, tid);
+      ++l1_tiles;
+    } else {
+      staging_wait += l2_epilogue(prm, smem, acc, tCcC, j);
+      ++j;
+    }
+    last_end = stats_clock();
+  }
+  if constexpr (kMoeStats) {
+    if (tid == 0) {
+      if (first_start >= 0) {
+        atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
+        const unsigned long long end_ns = global_timer_ns();
+        atomicAdd(&prm.stats->consumer_ns, end_ns - first_start_ns);
+        atomicMax(&prm.stats->last_tile_end_ns, end_ns);
+        atomicMax(&prm.stats->first_cta_done_not_ns, ~end_ns);
+      }
+      atomicAdd(&prm.stats->staging_wait_cycles, staging_wait);
+      atomicAdd(&prm.stats->l1_tiles, static_cast<unsigned long long>(l1_tiles));
+      atomicAdd(&prm.stats->l2_tiles, static_cast<unsigned long long>(j));
+    }
+  }
+}
+
+}  // namespace xstage::moe

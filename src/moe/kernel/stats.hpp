@@ -1,0 +1,39 @@
+// The MegaMoE kernel's own account of where a call's time went, as a compile-time policy: the counters
+// below are compiled into the kernel only in an instrumented build (CMake -DXSTAGE_MOE_STATS=ON, which
+// defines XSTAGE_MOE_STATS=1 for every MegaMoE translation unit); the default build has none of their
+// global atomics or timer reads. Plain C++, so the host can read the record and know whether it exists.
+#pragma once
+
+#ifndef XSTAGE_MOE_STATS
+#define XSTAGE_MOE_STATS 0
+#endif
+
+namespace xstage::moe {
+
+inline constexpr bool kMoeStats = XSTAGE_MOE_STATS != 0;
+
+// Per-call totals over all CTAs (device memory, zeroed per call), cycles from clock64: where the time goes.
+struct MoeKernelStats {
+  unsigned long long peer_bytes;            // bytes pulled from (dispatch) and stored to (combine) other ranks
+  unsigned long long consumer_cycles;       // consumer warpgroup 0: start of its first tile to end of its last
+  unsigned long long staging_wait_cycles;   // ... of which waiting for a free staging slot: the combine stores'
+                                            // back-pressure on the tensor cores
+  unsigned long long storer_drain_cycles;   // storer in fence.sc.sys after each tile: its stores completing (T_RS)
+  unsigned long long producer_wait_cycles;  // producer waiting on dispatch_ready / l1_done / l2_done
+  unsigned long long tail_cycles;           // roles done -> reduction done (other ranks' combine + the reduction)
+  unsigned long long l1_tiles, l2_tiles;
+  // K_act, measured: CTAs whose storers are draining an L2 tile (staging read -> stores complete) at the
+  // moment another starts one, itself included; summed over L2 tiles, and the most seen.
+  unsigned long long draining_now;          // live count during the kernel
+  unsigned long long burst_overlap_sum;
+  unsigned long long burst_overlap_max;
+  // %globaltimer (ns, one clock for all SMs): the earliest CTA entry and first tile start are kept as their
+  // bitwise complements under atomicMax (the record starts zeroed), the last tile end and kernel end as is.
+  unsigned long long kernel_start_not_ns, first_tile_not_ns, last_tile_end_ns, kernel_end_ns;
+  // %globaltimer per CTA (consumer warpgroup 0): first tile start to last tile end, summed over CTAs (the
+  // clock64 total above converted at the SM clock measured afterwards is only as good as that clock), and the
+  // earliest CTA's last tile end (complemented, as above): how unevenly the CTAs finish.
+  unsigned long long consumer_ns, first_cta_done_not_ns;
+};
+
+}  // namespace xstage::moe

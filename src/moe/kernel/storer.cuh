@@ -1,0 +1,105 @@
+// The storer role (warps 2-3): drains each Linear-2 tile from the staging buffer with 16-byte remote stores
+// (st.global through LSA pointers) straight into the combine buffer of each row's source rank — the X-Stage
+// traffic — then fences and adds the rows to that source's combine_arrived, and frees the staging slot.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/kernel/params.hpp"
+#include "moe/kernel/protocol.cuh"
+#include "moe/kernel/tile_walk.cuh"
+#include "moe/problem/routing.hpp"
+
+namespace xstage::moe {
+
+// Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
+template <class Schedule, class C>
+__device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, int sw) {
+  const MoeProblem& pr = prm.pr;
+  const SymmetricWindow& w = prm.win;
+  const int lane = threadIdx.x % 32, P = pr.P_ranks;
+  constexpr int kLanesPerRow = C::kBlockN / 8;      // 16-byte pieces of one staged row: 16 or 32
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;   // rows one warp instruction covers: 2 or 1
+  const int piece = lane % kLanesPerRow;
+  unsigned long long remote_bytes = 0, drain_cycles = 0;
+  const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
+  int j = 0;  // this CTA's L2 tiles so far
+  for (CtaTileWalk<Schedule, C> walk(sched, smem.n_row_last, blockIdx.x); walk.next();) {
+    const Tile t = walk.tile;
+    if (t.stage != Stage::L2) continue;
+    const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
+    wait_mbarrier(prm.wait, &smem.staging_full[slot], phase, MoeWait::staging_full, slot);
+    if constexpr (kMoeStats) {
+      if (sw == 0 && lane == 0) {  // K_act: how many CTAs are draining a tile as this one starts
+        const unsigned long long now = atomicAdd(&prm.stats->draining_now, 1ull) + 1;
+        atomicAdd(&prm.stats->burst_overlap_sum, now);
+        atomicMax(&prm.stats->burst_overlap_max, now);
+      }
+    }
+    // The tile's 128 RowSources, 4 per lane (row 32·b + lane in rs[b]), in one round of loads, so the store
+    // loop below has no global loads on its path. Read only now: the staging barrier orders them after
+    // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
+    // read earlier they could be the previous call's.
+    const RowSource* sources = at<const RowSource>(
+        prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m + walk.first_row()));
+    RowSource rs[4] = {};
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
+      if (b % C::kStorerWarps != sw) continue;
+      const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * b + lane));
+      rs[b] = RowSource{v.x, v.y};
+    }
+    const __nv_bfloat16* staged = smem.staging[slot];
+    const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
+    const int cols = C::kHalfL2 ? pr.l2_block_cols(t.n_block) : C::kBlockN;  // a half-full block: its first 128
+    const bool piece_exists = piece * 8 < cols;
+    unsigned rows_to[kMaxEpRanks] = {};
+    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      if (b % C::kStorerWarps != sw) continue;
+#pragma unroll
+      for (int it = 0; it < 32 / kRowsPerStep; ++it) {
+        const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
+        const int rank = __shfl_sync(0xffffffffu, rs[b].rank, r_in);
+        const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
+        if (pair < 0) continue;
+        const int r = 32 * b + r_in;
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
+        uint4* to = at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes);
+        if constexpr (C::kHalfL2) st_global_v4_if(to, v, piece_exists);
+        else *to = v;
+#pragma unroll
+        for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
+    const long long t0 = stats_clock();
+    __threadfence_system();  // this lane's combine stores are visible before the counts are
+    __syncwarp();
+    drain_cycles += stats_clock() - t0;
+    for (int q = 0; q < P; ++q) {
+      unsigned n = rows_to[q];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+      if (lane == 0 && n > 0) {
+        red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
+        if (kMoeStats && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
+      }
+    }
+    if (lane == 0 && sw == 0) {
+      red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+      stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over (its own storer 1 may lag a little)
+    }
+    ++j;
+  }
+  if (lane == 0) {
+    if (remote_bytes) stats_add(&prm.stats->peer_bytes, remote_bytes);
+    stats_add(&prm.stats->storer_drain_cycles, drain_cycles);
+  }
+}
+
+// fp8: scales of one 128-wide K block for this thread's two accumulator rows (r0, r0 + 8) and both
+
+}  // namespace xstage::moe

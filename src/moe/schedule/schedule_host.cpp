@@ -1,0 +1,200 @@
+#include "moe/schedule/schedule_host.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.hpp"
+#include "model/moe.hpp"
+#include "moe/problem/layout.hpp"
+
+namespace xstage::moe {
+
+long D_knee_rows(const MoeProblem& problem, int K_SM) {
+  validate(problem);
+  return model::anti_starvation_lead_rows(problem.b_n, K_SM, problem.h_inter);
+}
+
+long interleave_lead_rows(const MoeProblem& pr, int K_SM) {
+  return std::max<long>(D_knee_rows(pr, K_SM), ceil_div(K_SM, pr.P2_l2_n_blocks()));
+}
+
+int required_ring_slots(const InterleavedSchedule& s) { return std::max(1, s.D_rows); }
+
+int required_ring_slots(const ExpertWaveSchedule& s) {
+  // A wave's rows and the next λ waves' rows are all live at once: their L1 tiles come before its L2 tiles.
+  int most = 1;
+  for (int w = 0; w < s.num_waves(); ++w)
+    most = std::max(most, s.rows_before_wave(w + 1 + s.l2_lag_waves) - s.rows_before_wave(w));
+  return most;
+}
+
+namespace {
+
+template <class Schedule>
+std::vector<Tile> sequence_of(const Schedule& schedule, int g) {
+  std::vector<Tile> out;
+  for (auto step = schedule.next(schedule.start(g)); step.tile.valid(); step = schedule.next(step.next))
+    out.push_back(step.tile);
+  return out;
+}
+
+template <class Schedule>
+void check_schedule(const Schedule& s) {
+  require_input(s.Gs >= 1, "schedule: needs at least one instance (Gs = " + std::to_string(s.Gs) + ")");
+  require_input(s.streams.P1 >= 1 && s.streams.P2 >= 1, "schedule: P1 and P2 must be positive");
+  require_input(s.streams.rows.first_row != nullptr && s.streams.rows.E_local >= 1, "schedule: no scheduler rows");
+}
+
+// The lockstep simulation shared by both schedules (see the header).
+template <class Schedule>
+SimulationResult simulate_impl(const Schedule& s, const SimulationConfig& cfg) {
+  check_schedule(s);
+  require_input(cfg.l1_time >= 1 && cfg.l2_time >= 1, "simulation: tile times must be >= 1");
+  const TileStreams& st = s.streams;
+  const int rows = st.rows.num_rows();
+  const int S = cfg.ring_slots > 0 ? cfg.ring_slots : std::max(rows, 1);
+  std::vector<std::uint32_t> l1_done(S, 0), l2_done(S, 0);     // the kernel's counters
+  std::vector<int> row_l1(rows, 0), row_l2(rows, 0);           // independent tallies for the check
+
+  SimulationResult res;
+  res.runs.resize(s.Gs);
+  std::vector<typename Schedule::State> state(s.Gs);
+  std::vector<Tile> head(s.Gs);
+  std::vector<long> busy_until(s.Gs, -1);
+  std::vector<Tile> running(s.Gs);
+  std::vector<char> head_stalled(s.Gs, 0);
+  for (int g = 0; g < s.Gs; ++g) {
+    const auto step = s.next(s.start(g));
+    head[g] = step.tile;
+    state[g] = step.next;
+  }
+  auto ready = [&](const Tile& t) {
+    const int slot = t.row % S;
+    if (t.stage == Stage::L2) return l1_done[slot] >= l1_done_target(t.row, S, st.P1);
+    return l2_done[slot] >= slot_free_target(t.row, S, st.P2);
+  };
+  for (long now = 0; now <= cfg.max_time; ++now) {
+    // Completions at `now` take effect before anything starts at `now`.
+    for (int g = 0; g < s.Gs; ++g)
+      if (busy_until[g] == now) {
+        const Tile& t = running[g];
+        if (t.stage == Stage::L1) ++l1_done[t.row % S], ++row_l1[t.row];
+        else ++l2_done[t.row % S], ++row_l2[t.row];
+        busy_until[g] = -1;
+      }
+    bool any_busy = false, all_done = true, moved = false;
+    for (int g = 0; g < s.Gs; ++g) {
+      if (busy_until[g] >= 0) { any_busy = true; all_done = false; continue; }
+      if (!head[g].valid()) continue;
+      all_done = false;
+      const Tile t = head[g];
+      if (!ready(t)) {
+        if (t.stage == Stage::L2) ++res.l2_stall_time, head_stalled[g] = true;
+        else ++res.l1_stall_time;
+        continue;
+      }
+      // The independent check: L2 (p) after all of row p's L1 tiles; L1 (p) into a slot whose previous row
+      // p - S has finished all its L2 tiles.
+      if (t.stage == Stage::L2 && row_l1[t.row] != st.P1) res.dependencies_held = false;
+      if (t.stage == Stage::L1 && t.row >= S && row_l2[t.row - S] != st.P2) res.dependencies_held = false;
+      const long dur = t.stage == Stage::L1 ? cfg.l1_time : cfg.l2_time;
+      if (head_stalled[g]) ++res.l2_stalled_tiles, head_stalled[g] = false;
+      res.runs[g].push_back(TileRun{t, now, now + dur});
+      running[g] = t;
+      busy_until[g] = now + dur;
+      any_busy = moved = true;
+      ++res.tiles_run;
+      const auto step = s.next(state[g]);
+      head[g] = step.tile;
+      state[g] = step.next;
+    }
+    if (all_done) {
+      res.finished = true;
+      res.makespan = now;
+      return res;
+    }
+    if (!any_busy && !moved) {
+      for (int g = 0; g < s.Gs; ++g)
+        if (head[g].valid())
+          res.deadlock += "instance " + std::to_string(g) + " waits at " + (head[g].stage == Stage::L1 ? "L1" : "L2") +
+                          "(row " + std::to_string(head[g].row) + ", n " + std::to_string(head[g].n_block) + "); ";
+      res.makespan = now;
+      return res;
+    }
+  }
+  res.deadlock = "simulation ran past max_time";
+  return res;
+}
+
+}  // namespace
+
+std::vector<Tile> instance_sequence(const InterleavedSchedule& s, int g) { check_schedule(s); return sequence_of(s, g); }
+std::vector<Tile> instance_sequence(const ExpertWaveSchedule& s, int g) { check_schedule(s); return sequence_of(s, g); }
+
+std::string format_sequence(const std::vector<Tile>& tiles) {
+  std::string out;
+  for (const Tile& t : tiles) {
+    if (!out.empty()) out += ' ';
+    out += (t.stage == Stage::L1 ? "L1(" : "L2(") + std::to_string(t.row) + "," + std::to_string(t.n_block) + ")";
+  }
+  return out;
+}
+
+L2GapStats l2_gap_stats(const std::vector<std::vector<Tile>>& sequences) {
+  L2GapStats st;
+  long l1_total = 0, back_to_back = 0;
+  for (const auto& seq : sequences) {
+    int last_l2 = -1;
+    for (int i = 0; i < static_cast<int>(seq.size()); ++i) {
+      if (seq[i].stage != Stage::L2) continue;
+      if (last_l2 >= 0) {
+        const int between = i - last_l2 - 1;  // everything between two L2 tiles is L1
+        ++st.l2_pairs;
+        l1_total += between;
+        if (between == 0) ++back_to_back;
+      }
+      last_l2 = i;
+    }
+  }
+  if (st.l2_pairs > 0) {
+    st.mean_l1_between = static_cast<double>(l1_total) / st.l2_pairs;
+    st.back_to_back_fraction = static_cast<double>(back_to_back) / st.l2_pairs;
+  }
+  return st;
+}
+
+// D = 0 is simulated as given (it deadlocks: that is how the tests show the simulation can fail);
+// make_interleaved_schedule is what refuses it for the kernel.
+SimulationResult simulate(const InterleavedSchedule& s, const SimulationConfig& c) {
+  require_input(s.D_rows >= 0, "interleaved schedule: the lead D must be >= 0 rows");
+  return simulate_impl(s, c);
+}
+SimulationResult simulate(const ExpertWaveSchedule& s, const SimulationConfig& c) {
+  require_input(s.wave_experts >= 1, "expert-wave schedule: wave size must be >= 1 expert");
+  return simulate_impl(s, c);
+}
+
+TileStreams make_streams(const MoeProblem& pr, const int* first_row) {
+  validate(pr);
+  require_input(first_row != nullptr, "schedule: no scheduler rows (first_row is null)");
+  return TileStreams{SchedulerRows{first_row, pr.E_local()}, pr.P1_l1_n_blocks(), pr.P2_l2_n_blocks()};
+}
+
+InterleavedSchedule make_interleaved_schedule(const MoeProblem& pr, const int* first_row, int D_rows, int Gs) {
+  require_input(D_rows >= 1, "interleaved schedule: the lead D must be >= 1 row (got " + std::to_string(D_rows) +
+                                 "; with D = 0 an instance can run L2 (p) before its own L1 (p) tile and wait on itself)");
+  require_input(Gs >= 1, "interleaved schedule: needs at least one persistent instance");
+  return InterleavedSchedule{make_streams(pr, first_row), D_rows, Gs};
+}
+
+ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* first_row, int wave_experts, int Gs,
+                                             int l2_lag_waves) {
+  require_input(wave_experts >= 1 && wave_experts <= pr.E_local(),
+                "expert-wave schedule: wave size " + std::to_string(wave_experts) + " must be in [1, E_local = " +
+                    std::to_string(pr.E_local()) + "]");
+  require_input(Gs >= 1, "expert-wave schedule: needs at least one persistent instance");
+  require_input(l2_lag_waves >= 0, "expert-wave schedule: the L2 lag must be >= 0 waves (got " + std::to_string(l2_lag_waves) + ")");
+  return ExpertWaveSchedule{make_streams(pr, first_row), wave_experts, Gs, l2_lag_waves};
+}
+
+}  // namespace xstage::moe

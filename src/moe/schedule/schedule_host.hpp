@@ -1,0 +1,93 @@
+// Host helpers around the schedules: the lead D_knee from the model, ring sizing, whole instance
+// sequences, and a lockstep simulation of all instances with the kernel's readiness counters.
+//
+// The simulation is what the CPU tests and docs/MOE.md use to show that a schedule emits every tile
+// once, never runs an L2 tile before its row's L1 tiles, and never deadlocks; and how many time units L2
+// tiles stall on their dependencies for a given lead D.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/problem/problem.hpp"
+#include "moe/schedule/scheduler.hpp"
+
+namespace xstage::moe {
+
+// D_knee = ceil(b_n·K_SM / (2·h_inter)) (paper §4.2, condition 2), from src/model/moe.hpp. With one CTA
+// per tile it is K_SM / P1 rounded up: the rows that K_SM strided L1 cursors span at any moment.
+long D_knee_rows(const MoeProblem& problem, int K_SM);
+
+// The lead the kernel uses by default: D_knee, raised to ceil(K_SM / P2) when the L2 stream is the
+// narrower one. K_SM strided L2 cursors span K_SM / P2 rows; with D below that, instances ask for L2 rows
+// whose L1 tiles other instances have not reached. D_knee covers only the L1 cursors' span K_SM / P1,
+// enough when P1 <= P2 (the paper's shapes) but not for few, wide experts (DiT-MoE-like P1 = 72, P2 = 9:
+// the lockstep simulation's makespan at D_knee = 2 is 2.9× that at D = 15, where no L2 tile stalls; the
+// H200x2 bench measured the layer 2.2× slower at D_knee, results/h200x2/moe/run3-fused).
+long interleave_lead_rows(const MoeProblem& problem, int K_SM);
+
+// Validated constructors for the kernel's host side. `first_row` is one owner's O_e (E_local + 1
+// entries, e.g. Routing::owner_first_row) and must outlive the schedule. D_rows >= 1, Gs >= 1,
+// wave_experts in [1, E_local]; anything else is an InputError.
+TileStreams make_streams(const MoeProblem& problem, const int* first_row);
+InterleavedSchedule make_interleaved_schedule(const MoeProblem& problem, const int* first_row, int D_rows, int Gs);
+ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& problem, const int* first_row, int wave_experts, int Gs,
+                                             int l2_lag_waves = 0);
+
+// Ring slots (scheduler rows) each schedule needs to be deadlock-free (proof in docs/MOE.md):
+// interleaved: S >= D (an instance runs L1 at most D - 1 rows ahead of its pending L2 row);
+// expert-wave: S >= the rows of the largest run of 1 + λ consecutive waves (a wave's L1 tiles and the next λ
+// waves' all run before its L2 tiles).
+int required_ring_slots(const InterleavedSchedule& schedule);
+int required_ring_slots(const ExpertWaveSchedule& schedule);
+
+// Every tile instance g runs, in order.
+std::vector<Tile> instance_sequence(const InterleavedSchedule& schedule, int g);
+std::vector<Tile> instance_sequence(const ExpertWaveSchedule& schedule, int g);
+
+// Compact form for docs: "L1(0,0) L1(0,1) L2(0,0) ..." = stage(row p, n-block).
+std::string format_sequence(const std::vector<Tile>& tiles);
+
+// How evenly an instance spreads its L2 tiles (its combine bursts): the L1 tiles between consecutive L2
+// tiles of one instance, over all instances.
+struct L2GapStats {
+  long l2_pairs = 0;                 // consecutive L2 pairs counted
+  double mean_l1_between = 0.0;      // mean L1 tiles between them
+  double back_to_back_fraction = 0;  // pairs with no L1 tile between (a burst right after a burst)
+};
+L2GapStats l2_gap_stats(const std::vector<std::vector<Tile>>& sequences);
+
+struct SimulationConfig {
+  int l1_time = 2;       // time units per L1 tile (its K is h)
+  int l2_time = 1;       // time units per L2 tile (its K is h_inter)
+  int ring_slots = 0;    // S; 0 = one slot per row (a plain buffer)
+  long max_time = 10'000'000;
+};
+
+struct TileRun {
+  Tile tile;
+  long start = 0;
+  long end = 0;
+};
+
+struct SimulationResult {
+  bool finished = false;            // every instance ran its whole sequence (no deadlock)
+  long makespan = 0;
+  long tiles_run = 0;
+  long l2_stall_time = 0;           // instance-time units an L2 tile at an instance's head waited for L1
+  long l2_stalled_tiles = 0;        // L2 tiles that waited at all
+  long l1_stall_time = 0;           // waits of L1 tiles for a ring slot
+  bool dependencies_held = true;    // checked against per-row tallies, independently of the counters
+  std::string deadlock;             // when !finished: what each blocked instance waits for
+  std::vector<std::vector<TileRun>> runs;  // per instance
+};
+
+// All Gs instances in lockstep: each time unit, finished tiles bump the counters (l1_done / l2_done per
+// ring slot, exactly the kernel's), then every idle instance starts its next tile if the counters allow
+// (L2 (p): l1_done[slot] >= P1·(gen+1); L1 (p): l2_done[slot] >= P2·gen), else it stalls. Dispatch is
+// taken as complete at time 0. Ends when all finish, or reports a deadlock when nothing can move.
+SimulationResult simulate(const InterleavedSchedule& schedule, const SimulationConfig& config);
+SimulationResult simulate(const ExpertWaveSchedule& schedule, const SimulationConfig& config);
+
+}  // namespace xstage::moe

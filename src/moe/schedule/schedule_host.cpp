@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "model/moe.hpp"
 #include "moe/problem/layout.hpp"
+#include "moe/problem/routing.hpp"
 
 namespace xstage::moe {
 
@@ -173,6 +174,133 @@ SimulationResult simulate(const ExpertWaveSchedule& s, const SimulationConfig& c
   require_input(s.wave_experts >= 1, "expert-wave schedule: wave size must be >= 1 expert");
   return simulate_impl(s, c);
 }
+
+namespace {
+
+struct CtaTile {
+  Tile tile;
+  std::uint32_t l1_target = 0;  // what the kernel's L2 wait uses (walk.l1_target)
+};
+
+// Every tile CTA `cta` runs, with the kernel's targets: the walk the kernel's producer makes.
+template <class Schedule, int kN, int kM>
+std::vector<CtaTile> cta_walk(const Schedule& sched, const std::uint32_t* n_row_last, int cta, int slots) {
+  std::vector<CtaTile> out;
+  for (TileWalk<Schedule, kN, kM> walk(sched, n_row_last, cta); walk.next();)
+    out.push_back({walk.tile, walk.tile.stage == Stage::L2 ? walk.l1_target(slots) : 0u});
+  return out;
+}
+
+template <class Schedule, int kN, int kM>
+CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfig& cfg) {
+  const MoeProblem& pr = l.problem;
+  const int EL = pr.E_local();
+  require_input(static_cast<int>(l.expert_rows.size()) == EL, "CTA simulation: one row count per local expert");
+  require_input(l.ctas >= 1 && l.ctas % (kN * kM) == 0, "CTA simulation: the CTAs must fill whole clusters");
+  // The owner's scheduler rows and the mixed pairs' N-row bits, as the kernel computes them.
+  std::vector<int> first_row(EL + 1, 0);
+  std::vector<std::uint32_t> n_row_last((EL + 31) / 32 + 1, 0u);
+  for (int e = 0; e < EL; ++e) {
+    const int blocks = m_blocks(l.expert_rows[e], pr.b_m);
+    first_row[e + 1] = first_row[e] + blocks;
+    if (kM == 2 && blocks > 0 && !MixedPairTiling::m_row(l.expert_rows[e], blocks - 1)) n_row_last[e / 32] |= 1u << (e % 32);
+  }
+  const int rows = first_row[EL];
+  const int S = l.ring_slots > 0 ? l.ring_slots : std::max(rows, 1);
+  const Schedule sched = make_cluster_schedule<Schedule, kN, kM>(pr, first_row.data(), l.ctas, l.D_rows, l.wave_experts, l.wave_lag);
+  std::vector<std::vector<CtaTile>> walks(l.ctas);
+  std::vector<int> l1_total(rows, 0), l2_total(rows, 0);
+  CtaSimulationResult res;
+  for (int c = 0; c < l.ctas; ++c) {
+    walks[c] = cta_walk<Schedule, kN, kM>(sched, n_row_last.data(), c, S);
+    for (const CtaTile& t : walks[c]) ++(t.tile.stage == Stage::L1 ? l1_total : l2_total)[t.tile.row];
+    res.cta_tiles_expected += static_cast<long>(walks[c].size());
+  }
+  const int clusters = l.ctas / (kN * kM), size = kN * kM;
+  for (int g = 0; g < clusters; ++g)
+    for (int c = 1; c < size; ++c)
+      if (walks[g * size + c].size() != walks[g * size].size()) {
+        res.violation = "the CTAs of cluster " + std::to_string(g) + " walk different numbers of tiles";
+        return res;
+      }
+  std::vector<std::uint32_t> l1_done(S, 0), l2_done(S, 0);  // the kernel's counters
+  std::vector<int> l1_finished(rows, 0), l2_finished(rows, 0);  // the truth
+  std::vector<std::size_t> next(clusters, 0);
+  std::vector<long> busy_until(clusters, -1);
+  auto cta_ready = [&](const CtaTile& t) {
+    const int slot = t.tile.row % S;
+    if (t.tile.stage == Stage::L2) return l1_done[slot] >= t.l1_target;
+    return t.tile.row < S || l2_done[slot] >= slot_free_target(t.tile.row, S, pr.P2_l2_n_blocks());
+  };
+  auto check_start = [&](const CtaTile& t) {
+    const int p = t.tile.row;
+    if (t.tile.stage == Stage::L2 && l1_finished[p] != l1_total[p] && res.violation.empty())
+      res.violation = "an L2 tile of row " + std::to_string(p) + " started after " + std::to_string(l1_finished[p]) + " of its " +
+                      std::to_string(l1_total[p]) + " L1 CTA tiles (target " + std::to_string(t.l1_target) + ")";
+    if (t.tile.stage == Stage::L1 && p >= S && l2_finished[p - S] != l2_total[p - S] && res.violation.empty())
+      res.violation = "an L1 tile of row " + std::to_string(p) + " reused the slot of row " + std::to_string(p - S) + " after " +
+                      std::to_string(l2_finished[p - S]) + " of its " + std::to_string(l2_total[p - S]) + " L2 CTA tiles";
+  };
+  for (long now = 0; now <= cfg.max_time; ++now) {
+    for (int g = 0; g < clusters; ++g)
+      if (busy_until[g] == now) {
+        for (int c = 0; c < size; ++c) {
+          const Tile& t = walks[g * size + c][next[g] - 1].tile;
+          if (t.stage == Stage::L1) ++l1_done[t.row % S], ++l1_finished[t.row];
+          else ++l2_done[t.row % S], ++l2_finished[t.row];
+        }
+        busy_until[g] = -1;
+      }
+    bool all_done = true, any_busy = false, moved = false;
+    for (int g = 0; g < clusters; ++g) {
+      if (busy_until[g] >= 0) { all_done = false; any_busy = true; continue; }
+      if (next[g] >= walks[g * size].size()) continue;
+      all_done = false;
+      bool ready = true;
+      for (int c = 0; c < size; ++c) ready = ready && cta_ready(walks[g * size + c][next[g]]);
+      if (!ready) continue;
+      long dur = 0;
+      for (int c = 0; c < size; ++c) {
+        const CtaTile& t = walks[g * size + c][next[g]];
+        check_start(t);
+        dur = t.tile.stage == Stage::L1 ? cfg.l1_time : cfg.l2_time;
+        ++res.cta_tiles_run;
+      }
+      ++next[g];
+      busy_until[g] = now + dur;
+      any_busy = moved = true;
+    }
+    if (all_done) {
+      res.finished = true;
+      res.makespan = now;
+      return res;
+    }
+    if (!any_busy && !moved) {
+      for (int g = 0; g < clusters && res.deadlock.size() < 400; ++g)
+        if (next[g] < walks[g * size].size()) {
+          const Tile& t = walks[g * size][next[g]].tile;
+          res.deadlock += "cluster " + std::to_string(g) + " waits at " + (t.stage == Stage::L1 ? "L1" : "L2") + "(row " +
+                          std::to_string(t.row) + "); ";
+        }
+      res.makespan = now;
+      return res;
+    }
+  }
+  res.deadlock = "simulation ran past max_time";
+  return res;
+}
+
+}  // namespace
+
+template <class Schedule>
+CtaSimulationResult simulate_ctas(const CtaLaunch& l, const SimulationConfig& cfg) {
+  if (l.cluster_n == 1 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 1, 1>(l, cfg);
+  if (l.cluster_n == 2 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 2, 1>(l, cfg);
+  if (l.cluster_n == 1 && l.cluster_m == 2) return simulate_ctas_impl<Schedule, 1, 2>(l, cfg);
+  throw InputError("CTA simulation: clusters of 1, 2 x 1 or 1 x 2 CTAs (the kernel's)");
+}
+template CtaSimulationResult simulate_ctas<InterleavedSchedule>(const CtaLaunch&, const SimulationConfig&);
+template CtaSimulationResult simulate_ctas<ExpertWaveSchedule>(const CtaLaunch&, const SimulationConfig&);
 
 TileStreams make_streams(const MoeProblem& pr, const int* first_row) {
   validate(pr);

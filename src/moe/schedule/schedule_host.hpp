@@ -12,6 +12,7 @@
 
 #include "moe/problem/problem.hpp"
 #include "moe/schedule/scheduler.hpp"
+#include "moe/schedule/tile_walk.hpp"
 
 namespace xstage::moe {
 
@@ -89,5 +90,33 @@ struct SimulationResult {
 // taken as complete at time 0. Ends when all finish, or reports a deadlock when nothing can move.
 SimulationResult simulate(const InterleavedSchedule& schedule, const SimulationConfig& config);
 SimulationResult simulate(const ExpertWaveSchedule& schedule, const SimulationConfig& config);
+
+// The launch as the kernel runs it, CTA by CTA: every CTA walks the kernel's own TileWalk (tile_walk.hpp) over
+// the schedule the kernel builds (make_cluster_schedule), and waits with the kernel's own targets: an L2 tile
+// for l1_done[slot] >= walk.l1_target(S), an L1 tile of a reused ring slot for l2_done[slot] >=
+// slot_free_target(P2); the CTAs of a cluster start each tile together (they share its operand loads), and
+// each CTA's finished tile adds 1 to its row's counter, as the kernel's epilogues do. Independently of those
+// targets, every start is checked against the true CTA tile counts of each row (every walk enumerated
+// first): an L2 tile only after all its row's L1 CTA tiles, an L1 tile only into a slot whose previous row
+// finished all its L2 CTA tiles. A target that is too low (the CTA-pair counter bug of 49b5497) shows up as a
+// violation; one too high as a deadlock.
+struct CtaLaunch {
+  MoeProblem problem;          // b_m = 256 for M-pairs (their scheduler rows)
+  std::vector<int> expert_rows;  // rows routed to each local expert
+  int ctas = 1;
+  int cluster_n = 1, cluster_m = 1;
+  int D_rows = 1, wave_experts = 1, wave_lag = 0;
+  int ring_slots = 0;          // 0 = one slot per row
+};
+struct CtaSimulationResult {
+  bool finished = false;
+  long makespan = 0;
+  long cta_tiles_run = 0;
+  long cta_tiles_expected = 0;   // every CTA walk enumerated
+  std::string violation;         // the first start that broke a dependency, empty if none
+  std::string deadlock;
+};
+template <class Schedule>
+CtaSimulationResult simulate_ctas(const CtaLaunch& launch, const SimulationConfig& config);
 
 }  // namespace xstage::moe

@@ -32,9 +32,15 @@ if [[ $check_rc -eq 124 ]]; then
   SKIP_KERNEL=1
 fi
 echo "== bench (xstage)" | tee -a "$LOG"
-[[ -z "${SKIP_KERNEL:-}" ]] && timeout 120 "$BIN" attention bench "${BENCH_ARGS[@]}" --json "$OUT/bench_xstage.json" 2>&1 | tee -a "$LOG"
+if [[ -z "${SKIP_KERNEL:-}" ]]; then
+  timeout 120 "$BIN" attention bench "${BENCH_ARGS[@]}" --json "$OUT/bench_xstage.json" 2>&1 | tee -a "$LOG"
+  bench_rc=${PIPESTATUS[0]}
+  [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
+fi
 echo "== bench (torch SDPA: cuDNN, flash)" | tee -a "$LOG"
 timeout 150 python3 tools/attention_cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
+cudnn_rc=${PIPESTATUS[0]}
+[[ $cudnn_rc -ne 0 ]] && { echo "cuDNN bench failed: rc=$cudnn_rc" | tee -a "$LOG"; status=1; }
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
 
 echo "== summary (check rc=$check_rc)" | tee -a "$LOG"

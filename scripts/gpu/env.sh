@@ -15,10 +15,17 @@ elif [ -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 fi
 
-# Log helpers for the GPU scripts: a section header, and a command with its wall time.
+# Log helpers for the GPU scripts: a section header, a command with its wall time, and a command that must
+# fail with a given exit status (bad input: 2).
 step() { echo; echo "=== $* ==="; }
 timed() {  # timed LABEL -- command...: runs it and prints its wall time
   local label=$1; shift 2
   local t0 t1 rc; t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
   echo "$label wall time: $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s (exit $rc)"; return $rc
+}
+expect_status() {  # expect_status WANT LABEL -- command...: 0 when the command exits with WANT, else 1
+  local want=$1 label=$2; shift 3
+  "$@"; local rc=$?
+  if [ "$rc" = "$want" ]; then echo "$label: exit $rc (as wanted)"; return 0; fi
+  echo "$label: FAILED: exit $rc, wanted $want"; return 1
 }

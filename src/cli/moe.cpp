@@ -382,6 +382,7 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
   const std::optional<moe::MoeKernelStats> stats = fused->read_stats();
   if (!stats) return nullptr;  // a build without the kernel's counters (CMake -DXSTAGE_MOE_STATS=ON has them)
   const moe::MoeKernelStats& st = *stats;
+  const auto tiles = fused->read_tiles_run();
   const double per_cta_us = 1.0 / (fused->grid() * clock_mhz);
   return {{"ctas", fused->grid()}, {"sm_clock_mhz", clock_mhz},
           {"consumer_us_per_cta", st.consumer_cycles * per_cta_us},
@@ -390,8 +391,8 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
           {"producer_wait_us_per_cta", st.producer_wait_cycles * per_cta_us},
           {"storer_drain_us_per_cta", st.storer_drain_cycles * per_cta_us},
           {"tail_us_per_cta", st.tail_cycles * per_cta_us},
-          {"l1_tiles", st.l1_tiles}, {"l2_tiles", st.l2_tiles},
-          {"K_act_mean", st.l2_tiles ? double(st.burst_overlap_sum) / st.l2_tiles : 0.0},
+          {"l1_tiles", tiles.l1}, {"l2_tiles", tiles.l2},
+          {"K_act_mean", tiles.l2 ? double(st.burst_overlap_sum) / tiles.l2 : 0.0},
           {"K_act_max", st.burst_overlap_max},
           // %globaltimer: earliest CTA entry -> earliest first tile -> last tile end -> kernel end
           {"head_us", (double(~st.first_tile_not_ns) - double(~st.kernel_start_not_ns)) / 1e3},

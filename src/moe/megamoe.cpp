@@ -141,6 +141,13 @@ void FusedMoeLayer::enqueue(const MoeLayerViews& v, cudaStream_t stream) {
   launch_megamoe(config_, l, stream);
 }
 
+FusedMoeLayer::TilesRun FusedMoeLayer::read_tiles_run() const {
+  TilesRun t;
+  XSTAGE_CUDA_CHECK(cudaMemcpy(&t.l1, launch_.local + window_.counters.l1_tiles_run(), 4, cudaMemcpyDeviceToHost));
+  XSTAGE_CUDA_CHECK(cudaMemcpy(&t.l2, launch_.local + window_.counters.l2_tiles_run(), 4, cudaMemcpyDeviceToHost));
+  return t;
+}
+
 std::optional<MoeKernelStats> FusedMoeLayer::read_stats() const {
   if constexpr (!kMoeStats) return std::nullopt;
   MoeKernelStats st{};

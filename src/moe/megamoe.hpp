@@ -53,6 +53,12 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::uint32_t calls_done() const { return state_.calls_done(); }
   // The last call's kernel statistics (blocking), or nullopt in a build without them (kMoeStats).
   std::optional<MoeKernelStats> read_stats() const;
+  // CTA tiles of each stage this rank ran in the last call (blocking): the routing's scheduler rows times P1
+  // (Linear-1) and P2 (Linear-2) CTA tiles per row.
+  struct TilesRun {
+    std::uint32_t l1 = 0, l2 = 0;
+  };
+  TilesRun read_tiles_run() const;
   int D_rows() const { return D_rows_; }
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "calibration/fit.hpp"
+#include "calibration/measurement.hpp"
+#include "model/platform.hpp"
 #include "model/burst_gap.hpp"
 #include "common/error.hpp"
 #include "synthetic.hpp"
@@ -241,11 +243,13 @@ TEST(FitPlatformTriple, OutputIsAValidPlatformFile) {
 
 // Interpolation and the closed forms themselves are tested with the model (tests/model).
 
-// Writes synthetic samples.csv + platform.json (both store paths) for tools/plot_calibration.py when
-// XSTAGE_SYNTHETIC_OUT names a folder; skipped otherwise.
-TEST(SyntheticArtefacts, WritesSamplesWhenAsked) {
-  const char* dir = std::getenv("XSTAGE_SYNTHETIC_OUT");
-  if (!dir) GTEST_SKIP() << "set XSTAGE_SYNTHETIC_OUT=<dir> to write samples.csv + platform.json";
+// The artefacts a calibration leaves (samples.csv + platform.json, both store paths) from synthetic truths,
+// written and read back: the fit recovers each path's drain rate from its own samples, and the files
+// round-trip. Written to XSTAGE_SYNTHETIC_OUT when set (inputs for tools/plot_calibration.py), else to a
+// temporary folder that is removed.
+TEST(SyntheticArtefacts, WriteReadBackAndFitEachPath) {
+  const char* keep = std::getenv("XSTAGE_SYNTHETIC_OUT");
+  const std::string dir = keep ? std::string(keep) : ::testing::TempDir();
   Truth st, tma;
   tma.R_bytes_per_ns = 450.0;
   tma.T_fixed_ns = 400.0;
@@ -254,14 +258,24 @@ TEST(SyntheticArtefacts, WritesSamplesWhenAsked) {
   auto samples = make_synthetic_samples(st, SweepPlan{});
   const auto more = make_synthetic_samples(tma, tma_plan);
   samples.insert(samples.end(), more.begin(), more.end());
-  write_samples_csv(std::string(dir) + "/samples.csv", samples);
+  const std::string samples_path = dir + "/samples.csv", platform_path = dir + "/platform.json";
+  write_samples_csv(samples_path, samples);
+  EXPECT_EQ(read_samples_csv(samples_path).size(), samples.size());
 
   model::PlatformModel platform;
   platform.provisional = true;
   platform.provenance = {{"note", "synthetic (tests/calibration/fit_test.cpp)"}};
   for (StorePath p : {StorePath::st_global_16B, StorePath::tma_bulk})
     platform.store_paths[p] = fit_platform_triple(samples, p, kHeldOut).triple;
-  model::write_platform_file(std::string(dir) + "/platform.json", platform);
+  model::write_platform_file(platform_path, platform);
+  const model::PlatformModel back = model::read_platform_file(platform_path);
+  ASSERT_EQ(back.store_paths.size(), 2u);
+  EXPECT_NEAR(back.store_paths.at(StorePath::st_global_16B).R_bytes_per_ns, st.R_bytes_per_ns, 0.05 * st.R_bytes_per_ns);
+  EXPECT_NEAR(back.store_paths.at(StorePath::tma_bulk).R_bytes_per_ns, tma.R_bytes_per_ns, 0.05 * tma.R_bytes_per_ns);
+  if (!keep) {
+    std::remove(samples_path.c_str());
+    std::remove(platform_path.c_str());
+  }
 }
 
 }  // namespace

@@ -20,12 +20,14 @@ struct CliRun {
 };
 
 // Runs `xstage <args>` through the shell, with `env` (e.g. "RANK=0 WORLD_SIZE=1") in its environment;
-// stderr goes to a scratch file so both streams can be checked.
+// stderr goes to a scratch file so both streams can be checked. The CLI tests test what the command does
+// with its arguments, not GPU work: every run sees no GPU (CUDA_VISIBLE_DEVICES empty), so they mean the same
+// on CI and on a GPU machine.
 inline CliRun xstage(const std::string& args, const std::string& env = "") {
   namespace fs = std::filesystem;
   const fs::path err_file = fs::temp_directory_path() / ("xstage_cli_" + std::to_string(::getpid()) + ".err");
   const std::string cmd =
-      (env.empty() ? "" : "env " + env + " ") + "'" + XSTAGE_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
+      "env CUDA_VISIBLE_DEVICES= " + env + " '" + XSTAGE_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
   CliRun r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;

@@ -44,13 +44,26 @@ TEST(PlanCli, PatternWithThePaperNumbersPrintsAVerdict) {
 }
 
 TEST(PlanCli, OutsideTheMeasuredGridWarns) {
+  const CliRun r = xstage("plan " + kPaper + "pattern -K 200 -B 32KiB -G 10us");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "xstage: warning: T_iss0: K = 200 lies above the measured range [16, 148]");
+  EXPECT_CONTAINS(r.err, "Q(K): K = 200");
+}
+
+// The paper's worked examples at its own K = 148 (§4.3): 148 aligned 32 KiB tiles, V = 4.62 MiB, q_peak =
+// 4.11 MiB < Q = 4.25 MiB (capacity bound holds), G* = 6.0 us, and with sigma = 0.79 us per KV tile
+// M_ub* = 1.0K tokens.
+TEST(PlanCli, ReproducesThePapersWorkedExampleAtK148) {
   const CliRun r = xstage("plan " + kPaper + "pattern -K 148 -B 32KiB -G 10us");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_CONTAINS(r.err, "xstage: warning: T_iss0: K = 148 lies above the measured range [16, 132]");
-  EXPECT_CONTAINS(r.err, "Q(K): K = 148");
-  // Clamped to Q(132) = 3.79 MiB, the paper's K = 148 burst (q_peak = 4.11 MiB) no longer fits: the
-  // warning is what tells the user to measure K = 148 rather than trust this verdict.
-  EXPECT_CONTAINS(r.out, "verdict   shrink the burst");
+  EXPECT_TRUE(r.err.empty()) << r.err;  // K = 148 is on the file's grid
+  EXPECT_CONTAINS(r.out, "verdict   piggyback");
+  EXPECT_CONTAINS(r.out, "G* = V/R - T_iss0 = 6.00 us");
+  EXPECT_CONTAINS(r.out, "capacity bound  holds   q_peak = V - R*T_iss0 = 4.11 MiB  vs Q = 4.25 MiB");
+  const CliRun a = xstage("plan " + kPaper + "attention -M 8192 -K 148 --sigma 0.79us");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_CONTAINS(a.out, "M_ub* = b_n*ceil(G*/sigma) = 1024 tokens");
+  EXPECT_CONTAINS(a.out, "verdict   piggyback");
 }
 
 TEST(PlanCli, GapSweepAndSimulation) {
@@ -94,7 +107,7 @@ TEST(PlanCli, MoeFromGemmShapes) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_CONTAINS(r.out, "expert-wave");
   EXPECT_CONTAINS(r.out, "interleaved");
-  EXPECT_CONTAINS(r.out, "D_knee = 33");
+  EXPECT_CONTAINS(r.out, "D_knee = 37");  // ceil(b_n·K_SM / (2·h_inter)) with the paper's K_SM = 148
   EXPECT_CONTAINS(r.out, "verdict   reshape");
 
   const CliRun j = xstage("plan " + kPaper + "moe -K 66 --t-l1 22us --t-l2 1.4us --mix 1:8 --json");
@@ -108,10 +121,10 @@ TEST(PlanCli, MoeFromGemmShapes) {
 TEST(PlanCli, AttentionSufficientLength) {
   const CliRun r = xstage("plan " + kPaper + "attention --seq-len 512,1024,8192 --sigma 0.79us --heads 24");
   ASSERT_EQ(r.status, 0) << r.err;
-  // K = 132 aligned 32 KiB tiles: G* = 5.27 us, M_ub* = 128*ceil(5272/790) = 896.
-  EXPECT_CONTAINS(r.out, "M_ub* = b_n*ceil(G*/sigma) = 896 tokens");
+  // The platform's K = 148 aligned 32 KiB tiles: G* = 6.00 us, M_ub* = 128*ceil(6000/790) = 1024.
+  EXPECT_CONTAINS(r.out, "M_ub* = b_n*ceil(G*/sigma) = 1024 tokens");
   EXPECT_CONTAINS(r.out, "verdict   reshape");  // M = 512 is below M_ub*
-  EXPECT_CONTAINS(r.out, "piggyback only for M >= M_ub* = 896 tokens");
+  EXPECT_CONTAINS(r.out, "piggyback only for M >= M_ub* = 1024 tokens");
 
   const CliRun p = xstage("plan " + kPaper + "attention -M 8192,16384 --tflops 600 --json");
   ASSERT_EQ(p.status, 0) << p.err;

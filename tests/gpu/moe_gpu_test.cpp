@@ -101,6 +101,12 @@ TEST(FusedMoeGpu, ManyCallsStayCorrectAndIdentical) {
       if (call == 0) {
         EXPECT_LT(rel_l2(got, want), 1e-2) << to_string(kind);
         first = got;
+        // Every CTA tile ran once: this rank's scheduler rows times P1 (Linear-1) and P2 (Linear-2).
+        const Routing routing = build_routing(pr, data.topk);
+        const int rows = routing.scheduler_rows(rt.rank());
+        const auto tiles = layer.read_tiles_run();
+        EXPECT_EQ(tiles.l1, static_cast<std::uint32_t>(rows * pr.P1_l1_n_blocks())) << to_string(kind);
+        EXPECT_EQ(tiles.l2, static_cast<std::uint32_t>(rows * pr.P2_l2_n_blocks())) << to_string(kind);
       } else {
         EXPECT_EQ(got, first) << to_string(kind) << " call " << call;
       }

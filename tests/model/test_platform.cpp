@@ -284,10 +284,14 @@ TEST(ShippedPlatform, PaperReferenceIsProvisionalPaperNumbersForBothPaths) {
   EXPECT_NEAR(at132.point.T_iss0_ns, 760.0, 1.0);
   // Q(K) scaled from 4.25 MiB at K = 148.
   EXPECT_NEAR(at132.point.Q_bytes, 4.25 * MiB * 132 / 148, 2.0);
-  // K = 148 lies outside the H200 grid: clamped to K = 132 with a warning.
-  EXPECT_FALSE(evaluate_platform(st, 148, 32 * KiB).warnings.empty());
+  // The paper's own K = 148 is on the grid: its numbers exactly, no warning.
+  const PlatformLookup at148 = evaluate_platform(st, 148, 32 * KiB);
+  EXPECT_TRUE(at148.warnings.empty());
+  EXPECT_NEAR(at148.point.Q_bytes, 4.25 * MiB, 2.0);
+  EXPECT_NEAR(at148.point.T_iss0_ns, 760.0, 1.0);
+  EXPECT_FALSE(evaluate_platform(st, 200, 32 * KiB).warnings.empty());
   // TMA bursts back-pressure at about half the volume.
-  for (int K : {16, 33, 66, 132})
+  for (int K : {16, 33, 66, 132, 148})
     EXPECT_NEAR(interpolate_Q_bytes(tma, K).value / interpolate_Q_bytes(st, K).value, 0.5, 0.01);
 }
 

@@ -158,6 +158,8 @@ TEST(MoeLayout, CountersAndRingSlotsDoNotAlias) {
   for (int p = 0; p < w.counters.max_rows; ++p) offs.insert(w.counters.dispatch_ready(p));
   for (int s = 0; s < 5; ++s) offs.insert(w.counters.l1_done(s)), offs.insert(w.counters.l2_done(s));
   offs.insert(w.counters.combine_arrived());
+  offs.insert(w.counters.l1_tiles_run());
+  offs.insert(w.counters.l2_tiles_run());
   EXPECT_EQ(static_cast<int>(offs.size()), w.counters.count());
   std::set<std::int64_t> epochs{w.epochs.send_ready()};
   for (int s = 0; s < pr.P_ranks; ++s) epochs.insert(w.epochs.peer_finished(s));

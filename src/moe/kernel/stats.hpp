@@ -21,7 +21,6 @@ struct MoeKernelStats {
   unsigned long long storer_drain_cycles;   // storer in fence.sc.sys after each tile: its stores completing (T_RS)
   unsigned long long producer_wait_cycles;  // producer waiting on dispatch_ready / l1_done / l2_done
   unsigned long long tail_cycles;           // roles done -> reduction done (other ranks' combine + the reduction)
-  unsigned long long l1_tiles, l2_tiles;
   // K_act, measured: CTAs whose storers are draining an L2 tile (staging read -> stores complete) at the
   // moment another starts one, itself included; summed over L2 tiles, and the most seen.
   unsigned long long draining_now;          // live count during the kernel

@@ -135,6 +135,8 @@ struct CombineBuffer {
 //   l2_done[slot]      local: L2 tiles finished; L1 (p, *) with gen(p) >= 1 waits for P2·gen(p) (slot free).
 //   combine_arrived    remote adds from owners: combine rows × P2 n-blocks landed (fence, then add);
 //                      the top-k reduction waits for (pairs routed)·P2, T_s·k for valid router input.
+//   l1_tiles_run,      local: CTA tiles of each stage this rank ran in the call (each CTA adds its count at
+//   l2_tiles_run       the end): a cheap invariant the host can check against the routing.
 struct ReadinessCounters {
   Region region;
   int max_rows = 0;  // dispatch_ready entries (capacity_rows / b_m)
@@ -143,7 +145,9 @@ struct ReadinessCounters {
   XSTAGE_HD constexpr std::int64_t l1_done(int slot) const { return region.offset_bytes + 4LL * (max_rows + slot); }
   XSTAGE_HD constexpr std::int64_t l2_done(int slot) const { return region.offset_bytes + 4LL * (max_rows + slots + slot); }
   XSTAGE_HD constexpr std::int64_t combine_arrived() const { return region.offset_bytes + 4LL * (max_rows + 2 * slots); }
-  XSTAGE_HD constexpr int count() const { return max_rows + 2 * slots + 1; }
+  XSTAGE_HD constexpr std::int64_t l1_tiles_run() const { return combine_arrived() + 4; }
+  XSTAGE_HD constexpr std::int64_t l2_tiles_run() const { return combine_arrived() + 8; }
+  XSTAGE_HD constexpr int count() const { return max_rows + 2 * slots + 3; }
 };
 
 // Call epochs (1, 2, ...), monotone for the life of the window, so no rank ever has to reset a flag a peer

@@ -101,8 +101,9 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
     require_input(lse.shape[0] == batch && lse.shape[1] == heads && lse.shape[2] == seqlen_q,
                   "lse shape " + shape_string(lse) + " must be [batch, heads, seqlen_q] = [" + std::to_string(batch) +
                       ", " + std::to_string(heads) + ", " + std::to_string(seqlen_q) + "]");
-    require_input(effective_stride(lse, 2) == 1 && effective_stride(lse, 1) == seqlen_q &&
-                      effective_stride(lse, 0) == heads * seqlen_q,
+    // Contiguous; the stride of a dimension of size 1 is not looked at.
+    require_input((seqlen_q == 1 || lse.strides[2] == 1) && (heads == 1 || lse.strides[1] == seqlen_q) &&
+                      (batch == 1 || lse.strides[0] == heads * seqlen_q),
                   "lse must be contiguous (strides [heads*seqlen_q, seqlen_q, 1])");
     require_same_cuda_device(lse, "lse", device, "q");
     args.lse = static_cast<float*>(lse.data);

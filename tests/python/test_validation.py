@@ -211,6 +211,23 @@ def test_c_library_valid_arguments_without_gpu(c_library):
     assert isinstance(info.value, xstage.PlatformError) and not isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    "shape,lse_strides",
+    [([1, 1, 1, 64], [7, 5, 3]), ([2, 1, 3, 128], [3, 1, 9]), ([1, 100, 2, 64], [200, 100, 1])],
+)
+def test_c_library_accepts_valid_size_one_dimensions(c_library, shape, lse_strides):
+    """Strides of dimensions of size 1 are not checked (PyTorch gives them any value): the call gets past
+    every argument check to CUDA, which fails only for want of a GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    b, m, h, d = shape
+    odd = [b * m * h * d + 13 if s == 1 else st for s, st in zip(shape, ct(shape).strides[:4])]
+    q = ct(shape, strides=odd)
+    lse = ct([b, h, m], dtype=_capi.DTYPE_FLOAT32, strides=lse_strides)
+    with pytest.raises(xstage.PlatformError, match="CUDA is not usable"):
+        _capi.flash_attention_forward(q, q, q, ct(shape), lse, 0.125, 0)
+
+
 def test_too_many_dimensions_for_the_abi():
     with pytest.raises(ValueError, match="tensors of 1 to 8 dimensions"):
         ct([1] * 9)

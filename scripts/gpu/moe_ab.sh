@@ -3,6 +3,8 @@
 # alternated for MOE_AB_ROUNDS rounds (A B A B ...), so clock and thermal drift shows up as round-to-round
 # spread instead of as a difference between variants.
 #   MOE_AB_VARIANTS  ';'-separated extra bench arguments, one set per variant (default: "--cluster 1;--cluster 2")
+#   MOE_AB_BINARIES  ';'-separated xstage binaries, one per variant instead (e.g. the code before and after a
+#                    change: "old/xstage;new/xstage"); every variant then gets the same arguments
 #   MOE_AB_FILTER    bench --filter (unset: the two headline configurations; empty: the whole grid)
 #   MOE_AB_IMPL      bench --impl (default: the three fused schedules and the unfused baseline)
 #   MOE_AB_ROUNDS    rounds (default 2)
@@ -20,13 +22,19 @@ IMPL=${MOE_AB_IMPL:-unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-int
 # One seed for every bench call: the variants see identical inputs (skewed routing is drawn from the seed).
 SEED=${MOE_AB_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}
 echo "seed $SEED"
-IFS=';' read -r -a VARIANTS <<< "${MOE_AB_VARIANTS:---cluster 1;--cluster 2}"
+if [ -n "${MOE_AB_BINARIES:-}" ]; then
+  IFS=';' read -r -a BINARIES <<< "$MOE_AB_BINARIES"
+  VARIANTS=(); for _ in "${BINARIES[@]}"; do VARIANTS+=(""); done
+else
+  IFS=';' read -r -a VARIANTS <<< "${MOE_AB_VARIANTS:---cluster 1;--cluster 2}"
+  BINARIES=(); for _ in "${VARIANTS[@]}"; do BINARIES+=("$X"); done
+fi
 failures=0
 for round in $(seq 1 "${MOE_AB_ROUNDS:-2}"); do
   for v in "${!VARIANTS[@]}"; do
-    step "round $round, variant $v: ${VARIANTS[$v]}"
+    step "round $round, variant $v: ${BINARIES[$v]} ${VARIANTS[$v]}"
     # shellcheck disable=SC2086  # the variant is a list of arguments
-    timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" --filter "$FILTER" --seed "$SEED" ${VARIANTS[$v]} \
+    timed "bench" -- "${BINARIES[$v]}" moe bench --gpus "$GPUS" --impl "$IMPL" --filter "$FILTER" --seed "$SEED" ${VARIANTS[$v]} \
       --out "$OUT/ab/ab-r$round-v$v.json" || failures=$((failures+1))
   done
 done

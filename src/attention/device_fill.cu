@@ -30,6 +30,12 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
   }
 }
 
+__global__ void count_differing_u16_kernel(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* count) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) local += a[i] != b[i];
+  if (local) atomicAdd(count, local);
+}
+
 int grid_for(int64_t n) {
   const int64_t blocks = (n + 255) / 256;
   return int(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192);
@@ -47,6 +53,11 @@ void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream) {
 
 void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream) {
   launch_kernel(fill_kernel<float>, grid_for(n), 256, 0, stream, dst, n, value);
+}
+
+void count_differing_u16(const void* a, const void* b, int64_t n, unsigned long long* count, cudaStream_t stream) {
+  launch_kernel(count_differing_u16_kernel, grid_for(n), 256, 0, stream, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n,
+                count);
 }
 
 }  // namespace xstage::attention

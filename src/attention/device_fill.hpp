@@ -16,4 +16,7 @@ void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream = nullptr
 // Fills n floats with `value`.
 void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream = nullptr);
 
+// Adds to *count (device) the number of 16-bit words in which a[0..n) and b[0..n) differ, bit for bit.
+void count_differing_u16(const void* a, const void* b, int64_t n, unsigned long long* count, cudaStream_t stream = nullptr);
+
 }  // namespace xstage::attention

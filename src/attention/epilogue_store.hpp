@@ -5,10 +5,13 @@
 // with the same members, chosen by the kernel's template argument; the mainloop never changes):
 //   Params / make_params(FlashFwdArgs)        destination description, built on the host
 //   SharedStorage                             staging space the epilogue owns
+//   begin(params, smem, thread_idx)           called by all consumer threads before their first tile
 //   store(params, smem, tOrO, lse, tile, thread_idx)
 //                                             called by all consumer threads once per tile with the
 //                                             normalised fp32 accumulator fragment of TiledMmaPV
-//   finish(thread_idx)                        called once at the end, before the CTA exits
+//   finish(params, smem, thread_idx)          called by all consumer threads once at the end, before the
+//                                             CTA exits
+// The fused Ulysses epilogue (epilogue_all_to_all.hpp) is the sibling with remote destinations.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -112,7 +115,9 @@ struct EpilogueStoreTma {
     }
   }
 
-  CUTE_DEVICE static void finish(int thread_idx) {
+  CUTE_DEVICE static void begin(Params const&, SharedStorage&, int) {}
+
+  CUTE_DEVICE static void finish(Params const&, SharedStorage&, int thread_idx) {
     if (thread_idx == 0) cute::tma_store_wait<0>();
   }
 };

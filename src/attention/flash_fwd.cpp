@@ -48,7 +48,10 @@ std::string describe(FwdTileShape const& t) {
   return os.str();
 }
 
-void validate_flash_fwd_args(FlashFwdArgs const& args) {
+namespace {
+
+// Everything but the output: shapes, scale, Q/K/V strides and pointers, the forced configuration.
+void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   const FlashFwdProblem& p = args.problem;
   std::ostringstream shape;
   shape << " (batch=" << p.batch << ", seqlen_q=" << p.seqlen_q << ", seqlen_k=" << p.seqlen_k
@@ -65,12 +68,9 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   check_strides("Q", p.q, p.head_dim);
   check_strides("K", p.k, p.head_dim);
   check_strides("V", p.v, p.head_dim);
-  check_strides("O", p.o, p.head_dim);
   check_pointer("Q", args.q, 16);
   check_pointer("K", args.k, 16);
   check_pointer("V", args.v, 16);
-  check_pointer("O", args.o, 16);
-  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
   if (args.tile_config) {
     require_input(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
                   "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
@@ -78,15 +78,59 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   }
 }
 
+int current_device_sms() {
+  int device = 0, num_sms = 0;
+  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  return num_sms;
+}
+
+}  // namespace
+
+void validate_flash_fwd_args(FlashFwdArgs const& args) {
+  validate_flash_fwd_inputs(args);
+  check_strides("O", args.problem.o, args.problem.head_dim);
+  check_pointer("O", args.o, 16);
+  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
+}
+
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
   return choose_fwd_tile_config(p.head_dim, int64_t(p.batch) * p.heads, p.seqlen_q, num_sms);
 }
 
+void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
+                                        cudaStream_t stream) {
+  validate_flash_fwd_inputs(args);
+  const FlashFwdProblem& p = args.problem;
+  const UlyssesShape& s = dst.shape;
+  require_input(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks && dst.rank >= 0 && dst.rank < s.ranks,
+                "fused Ulysses: rank " + std::to_string(dst.rank) + " of " + std::to_string(s.ranks) + " ranks (at most " +
+                    std::to_string(kMaxUlyssesRanks) + ")");
+  require_input(p.seqlen_q == s.seqlen && p.seqlen_k == s.seqlen && p.heads * s.ranks == s.heads && p.batch == s.batch &&
+                    p.head_dim == s.head_dim,
+                "fused Ulysses: the attention problem (batch " + std::to_string(p.batch) + ", M " + std::to_string(p.seqlen_q) +
+                    ", heads " + std::to_string(p.heads) + ") is not the head-sharded shard of the layer (batch " +
+                    std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H/P " + std::to_string(s.local_heads()) + ")");
+  for (int j = 0; j < s.ranks; ++j) {
+    check_pointer("output window", dst.window[j], 16);
+    require_input(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
+  }
+  const int num_sms = current_device_sms();
+  switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {
+    case FwdTileConfigId::kHdim64Rows128:
+      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim64Rows128>(args, dst, path, num_sms, stream);
+    case FwdTileConfigId::kHdim64Rows192:
+      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim64Rows192>(args, dst, path, num_sms, stream);
+    case FwdTileConfigId::kHdim128Rows128:
+      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim128Rows128>(args, dst, path, num_sms, stream);
+  }
+}
+
+const char* to_string(A2AStorePath path) { return path == A2AStorePath::tma ? "tma" : "st_global"; }
+
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
   validate_flash_fwd_args(args);
-  int device = 0, num_sms = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  const int num_sms = current_device_sms();
   switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, num_sms))) {
     case FwdTileConfigId::kHdim64Rows128:
       return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows128>(args, num_sms, stream);

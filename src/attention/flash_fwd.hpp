@@ -11,6 +11,7 @@
 
 #include "attention/flash_fwd_params.hpp"
 #include "attention/tile_shapes.hpp"
+#include "attention/ulysses/destinations.hpp"
 
 namespace xstage::attention {
 
@@ -19,6 +20,13 @@ void validate_flash_fwd_args(FlashFwdArgs const& args);
 
 // Validates, then launches on `stream` (asynchronous). Throws xstage::Error on CUDA errors.
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nullptr);
+
+// The fused Ulysses forward (epilogue_all_to_all.hpp): the same kernel on this rank's head-sharded Q, K, V
+// ([batch, M, H/P, d]: args.problem.heads = H/P, args.o and args.lse unused), each finished output tile
+// stored into the output window of the rank that owns its rows, by `path`. Validates `args` against
+// `dst.shape`, then launches on `stream`.
+void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
+                                        cudaStream_t stream);
 
 // The tile configuration flash_attention_forward picks for `problem` on a GPU with `num_sms` SMs.
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sms);
@@ -30,6 +38,10 @@ namespace detail {
 // Defined for each FwdTileConfigId in flash_fwd_hdim*_rows*.cu.
 template <FwdTileConfigId kId>
 void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream);
+// Defined for each FwdTileConfigId in flash_fwd_a2a_hdim*_rows*.cu.
+template <FwdTileConfigId kId>
+void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path, int num_sms,
+                                 cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace xstage::attention

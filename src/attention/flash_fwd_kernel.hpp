@@ -84,6 +84,7 @@ struct FlashFwdKernel {
       float lse[2];
 
       Mainloop::Turns::give_first_turn(consumer_group);
+      Epilogue::begin(params.epilogue, smem.epilogue, thread_idx);
       int iteration = 0;
       for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
            tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
@@ -93,7 +94,7 @@ struct FlashFwdKernel {
         Epilogue::store(params.epilogue, smem.epilogue, tOrO, lse, scheduler.coord(tile), thread_idx);
       }
       Mainloop::Turns::drain_turns(consumer_group);
-      Epilogue::finish(thread_idx);
+      Epilogue::finish(params.epilogue, smem.epilogue, thread_idx);
     }
   }
 };

@@ -15,13 +15,15 @@
 
 namespace xstage::attention::detail {
 
+// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp).
 template <class Kernel>
-void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
+void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
+                             int num_sms, cudaStream_t stream) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
 
-  typename Kernel::Params params{Kernel::Mainloop::make_params(args), Kernel::Epilogue::make_params(args),
-                                 StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch}};
+  typename Kernel::Params params{Kernel::Mainloop::make_params(args), epilogue,
+                                 StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, m_block_stride}};
 
   int device = 0;
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -38,6 +40,11 @@ void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream
 
   const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
+}
+
+template <class Kernel>
+void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
+  launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, num_sms, stream);
 }
 
 template <FwdTileConfigId kId>

@@ -3,6 +3,9 @@
 // A tile is one (batch, head, m_block): b_m query rows of one head, all of their key/value blocks.
 // Tiles are numbered with m_block fastest, then head, then batch, so CTAs running at the same time work
 // on the same head and share its K and V through L2. Persistent CTA c of G takes tiles c, c+G, c+2G, ...
+// Within a head the m-blocks go in order, or `m_block_stride` apart (a permutation: the stride is coprime
+// with the m-block count), which the fused Ulysses epilogue uses to spread the CTAs working at one moment
+// over every destination rank (ulysses/layout.hpp).
 // The object has no hidden state: the producer warp and both consumer warpgroups walk the same sequence
 // independently, and a CPU test walks it too (tests/attention/tile_scheduler_test.cpp).
 #pragma once
@@ -21,6 +24,7 @@ struct StaticPersistentTileScheduler {
   int num_m_blocks = 0;
   int num_heads = 0;
   int num_batch = 0;
+  int m_block_stride = 1;
 
   XSTAGE_HD constexpr int num_tiles() const { return num_m_blocks * num_heads * num_batch; }
   XSTAGE_HD constexpr bool valid(int tile) const { return tile < num_tiles(); }
@@ -28,8 +32,9 @@ struct StaticPersistentTileScheduler {
   XSTAGE_HD constexpr int next_tile(int tile, int num_ctas) const { return tile + num_ctas; }
 
   XSTAGE_HD constexpr TileCoord coord(int tile) const {
-    const int m_block = tile % num_m_blocks;
+    const int m_index = tile % num_m_blocks;
     const int rest = tile / num_m_blocks;
+    const int m_block = m_block_stride == 1 ? m_index : static_cast<int>((static_cast<long long>(m_index) * m_block_stride) % num_m_blocks);
     return {m_block, rest % num_heads, rest / num_heads};
   }
 

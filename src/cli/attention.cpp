@@ -418,6 +418,8 @@ void add_attention_command(CLI::App& app) {
   bench->add_option("--warmup-ms", bench_opt->warmup_ms, "Warm-up per point, ms (the first point warms 1 s)");
   bench->add_option("--json", bench_opt->json_path, "Write the results as JSON to this file");
   bench->callback([bench_opt] { run_bench(*bench_opt); });
+
+  add_ulysses_command(*cmd);
 }
 
 }  // namespace xstage::cli

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# On a GPU machine (any number of GPUs; one is enough): the Ulysses attention layer with its all-to-all
+# serial or fused into the attention epilogue (docs/ATTENTION.md, "Fused Ulysses").
+#   1. the plain attention check (the kernel the fused one shares);
+#   2. `xstage attention ulysses check` over every visible GPU (real ranks, NCCL), and with 2, 4 and 8 virtual
+#      ranks on one GPU: serial against the fp32 reference, fused bit-identical to serial, both store paths;
+#   3. 1000 fused launches back to back, the output poisoned before each (real ranks and 2 virtual ranks);
+#   4. compute-sanitizer memcheck and racecheck on the small shapes;
+#   5. the sweep (`ulysses bench`): FA-only, A2A-only, serial, fused (TMA and st.global), the whole layer, the
+#      audit's predictions; and what users run today, cuDNN SDPA + NCCL all-to-all (tools/ulysses_torch_bench.py);
+#   6. the table (Table 3 analog) and the figure (Fig. 11 analog) from the raw JSON (tools/ulysses_report.py).
+# ULYSSES_QUICK=1 trims the sweep to M = 8192, 16384, 32768 and d = 128. Everything lands in ${OUT:-out}/:
+# ulysses.log (the whole log) and ulysses.tar.gz (JSON, sanitizer logs, table, figure).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-out}; W="$OUT/ulysses"; mkdir -p "$W"
+exec > >(tee "$OUT/ulysses.log") 2>&1
+export PYTHONUNBUFFERED=1
+X="$XSTAGE_BIN_DIR/xstage"
+GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+SWEEP=(--seqlens 4096,8192,16384,32768,49152,65536 --heads 4,12 --head-dims 128,64)
+[ -n "${ULYSSES_QUICK:-}" ] && SWEEP=(--seqlens 8192,16384,32768 --heads 4,12 --head-dims 128)
+failures=0
+
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+date -u
+
+step "the attention kernel alone (plain epilogue): xstage attention check"
+timed "attention check" -- timeout 120 "$X" attention check --json "$W/attention_check.json" || failures=$((failures+1))
+
+step "ulysses check: $GPUS real rank(s)"
+timed "check real" -- timeout 300 "$X" attention ulysses check --gpus "$GPUS" --out "$W/check_real.json" || failures=$((failures+1))
+for P in 2 4 8; do
+  step "ulysses check: $P virtual ranks on one GPU"
+  timed "check virtual $P" -- timeout 300 env CUDA_VISIBLE_DEVICES=0 "$X" attention ulysses check --virtual-ranks "$P" \
+    --out "$W/check_virtual$P.json" || failures=$((failures+1))
+done
+
+step "1000 fused launches back to back, output poisoned before each"
+timed "soak real" -- timeout 300 "$X" attention ulysses check --gpus "$GPUS" --quick --launches 1000 --out "$W/soak_real.json" \
+  || failures=$((failures+1))
+timed "soak virtual 2" -- timeout 300 env CUDA_VISIBLE_DEVICES=0 "$X" attention ulysses check --virtual-ranks 2 --quick --launches 1000 \
+  --out "$W/soak_virtual2.json" || failures=$((failures+1))
+
+step "compute-sanitizer memcheck and racecheck (small shapes)"
+for tool in memcheck racecheck; do
+  timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --target-processes all --error-exitcode 9 \
+    env CUDA_VISIBLE_DEVICES=0 "$X" attention ulysses check --virtual-ranks 2 --quick --launches 1 --device-timeout-s 300 \
+    > "$W/$tool-virtual2.log" 2>&1
+  rc=$?; tail -n 3 "$W/$tool-virtual2.log"; [ $rc = 0 ] || { echo "$tool: FAILED (exit $rc)"; failures=$((failures+1)); }
+done
+
+step "bad input gives a clear error"
+expect_status 2 "zero heads per rank" -- "$X" attention ulysses bench --gpus "$GPUS" --heads 0 || failures=$((failures+1))
+expect_status 2 "unknown store path" -- "$X" attention ulysses check --store-path dma || failures=$((failures+1))
+
+step "xstage attention ulysses bench ${SWEEP[*]}"
+timed "bench" -- timeout 400 "$X" attention ulysses bench --gpus "$GPUS" "${SWEEP[@]}" --out "$W/bench.json" || failures=$((failures+1))
+
+step "cuDNN SDPA + NCCL all-to-all (torch), the same shapes"
+if [ -f tools/ulysses_torch_bench.py ]; then
+  timed "torch bench" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" tools/ulysses_torch_bench.py "${SWEEP[@]}" \
+    --out "$W/bench_torch.json" || failures=$((failures+1))
+fi
+
+step "table and figure"
+python3 tools/ulysses_report.py --bench "$W/bench.json" --torch "$W/bench_torch.json" --out "$W" || failures=$((failures+1))
+
+tar -C "$W" -czf "$OUT/ulysses.tar.gz" . && rm -rf "$W"
+step "done: $failures failure(s)"
+exit $((failures > 0))

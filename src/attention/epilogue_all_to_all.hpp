@@ -1,0 +1,195 @@
+// The fused Ulysses epilogue (paper §4.3, "piggyback"): the sibling of EpilogueStoreTma that writes each
+// finished output tile straight into the output window of the rank that owns its rows (ulysses/layout.hpp)
+// with remote stores, and goes on to its next tile. The next tile's Q-loop is the drain window: no
+// communication warps, no SMs set aside, no host round trip.
+//
+// Two store paths (comm/device/remote_store.cuh), chosen by the template argument:
+//   A2AStorePath::tma        registers -> shared memory (stmatrix, as the plain epilogue) -> one TMA tensor
+//                            store per destination rank; a tile straddling two ranks is two stores of the same
+//                            staging, each clipped by the TMA unit to its rank's rows; one thread issues them and
+//                            the warps go on at once (the staging stays busy until the data is at the peer);
+//   A2AStorePath::st_global  the same staging, then every consumer thread stores 16-byte pieces to the owners:
+//                            the warps stall while the X-Stage back-pressures.
+//
+// Output windows are double-buffered by call parity ([2·B][Ms][H][d] per rank): call e writes half e mod 2.
+// With the receivers' completion waits that makes the layer safe without a start-of-call handshake: a rank
+// starts call e + 2 only after its call e + 1 saw every rank's rows arrive, and every rank sent those only
+// after it had finished consuming (copying out) its half of call e.
+//
+// Completion: each CTA counts the row-heads it delivered to each rank; after its last tile it waits for its
+// stores to complete, fences at system scope and adds them to the receivers' arrival counters. The last CTA
+// of the grid advances the call counter (comm/device/call_epoch.cuh) and, with real ranks, waits (bounded) until
+// its own counter holds every rank's rows of this call, so the kernel's completion means the output is
+// there. With virtual ranks (one process and one GPU holding all P ranks' buffers, for tests) the ranks'
+// kernels run one after another, so that wait is a separate kernel after all of them (ulysses/layer.cu).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_conversion.h>
+
+#include <cstdint>
+
+#include "attention/flash_fwd_params.hpp"
+#include "attention/mainloop_sm90.hpp"
+#include "attention/named_barriers.hpp"
+#include "attention/tile_scheduler.hpp"
+#include "attention/ulysses/destinations.hpp"
+#include "attention/ulysses/layout.hpp"
+#if defined(__CUDACC__)
+#include "comm/device/bounded_wait.cuh"
+#include "comm/device/call_epoch.cuh"
+#include "comm/device/remote_store.cuh"
+#endif
+
+namespace xstage::attention {
+
+template <class Config, A2AStorePath kPath>
+struct EpilogueAllToAll {
+  using Element = typename Config::Element;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kThreads = Config::kNumMmaThreads;
+  using SmemLayoutO = typename Config::SmemLayoutO;
+  using TiledMmaPV = typename Config::TiledMmaPV;
+  using TileShapeO = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  using TmaStoreO = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_STORE{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemShapeBmhd{}, GmemStrideBmhd{}),
+      SmemLayoutO{}, TileShapeO{}, cute::_1{}));
+  struct NoTma {};
+  using Descriptors = std::conditional_t<kPath == A2AStorePath::tma, TmaStoreO, NoTma>;
+
+  struct Params {
+    AllToAllDestinations dst;
+    Descriptors tma_o[kMaxUlyssesRanks];  // TMA path: rank j's window as (Ms, d, H, 2·B)
+  };
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutO>, 1024> o;
+    std::uint32_t rows_to[kMaxUlyssesRanks];  // row-heads this CTA delivered to each rank
+    std::uint32_t epoch;
+  };
+
+  static Params make_params(FlashFwdArgs const& args, AllToAllDestinations const& dst) {
+    using namespace cute;
+    Params p;
+    p.dst = dst;
+    if constexpr (kPath == A2AStorePath::tma) {
+      const UlyssesShape& s = dst.shape;
+      const BmhdStrides w = packed_bmhd_strides(s.shard_rows(), s.heads, kHeadDim);
+      for (int j = 0; j < s.ranks; ++j) {
+        auto mO = make_gmem_bmhd(static_cast<Element*>(dst.window[j]), s.shard_rows(), kHeadDim, s.heads, 2 * s.batch, w);
+        p.tma_o[j] = make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, TileShapeO{}, _1{});
+      }
+    }
+    (void)args;
+    return p;
+  }
+
+#if defined(__CUDACC__)
+  CUTE_DEVICE static void prefetch_descriptors(Params const& params) {
+    if constexpr (kPath == A2AStorePath::tma)
+      for (int j = 0; j < params.dst.shape.ranks; ++j) cute::prefetch_tma_descriptor(params.tma_o[j].get_tma_descriptor());
+  }
+
+  // Before the first tile, all consumer threads; the first store's barrier publishes it.
+  CUTE_DEVICE static void begin(Params const& params, SharedStorage& smem, int thread_idx) {
+    if (thread_idx == 0) {
+      smem.epoch = comm::current_call(params.dst.calls);
+      for (int j = 0; j < kMaxUlyssesRanks; ++j) smem.rows_to[j] = 0;
+    }
+  }
+
+  template <class FragO, int kRows>
+  CUTE_DEVICE static void store(Params const& params, SharedStorage& smem, FragO const& tOrO, float const (&lse)[kRows],
+                                TileCoord tile, int thread_idx) {
+    using namespace cute;
+    const UlyssesShape& s = params.dst.shape;
+    Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), SmemLayoutO{});
+    constexpr int N = decltype(size(tOrO))::value;
+    Tensor rO = make_tensor<Element>(tOrO.layout());
+    {
+      cutlass::NumericArrayConverter<Element, float, N> convert;
+      *reinterpret_cast<cutlass::Array<Element, N>*>(rO.data()) =
+          convert(*reinterpret_cast<cutlass::Array<float, N> const*>(tOrO.data()));
+    }
+    // The previous tile's stores must have finished reading the staging buffer.
+    if constexpr (kPath == A2AStorePath::tma)
+      if (thread_idx == 0) tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
+
+    TiledMmaPV tiled_mma;
+    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma);
+    auto thr_copy = smem_copy.get_thread_slice(thread_idx);
+    copy(smem_copy, thr_copy.retile_S(rO), thr_copy.partition_D(sO));
+    if constexpr (kPath == A2AStorePath::tma) tma_store_fence();  // generic-proxy smem writes -> TMA
+    cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
+
+    const int m0 = tile.m_block * kBlockM;
+    const int parity_batch = static_cast<int>(smem.epoch & 1u) * s.batch + tile.batch;
+    const int head = s.global_head(params.dst.rank, tile.head);
+    RowSegment seg[kMaxUlyssesRanks + 1];
+    const int segments = tile_segments(s, m0, kBlockM, seg, kMaxUlyssesRanks + 1);
+    if (thread_idx == 0)
+      for (int i = 0; i < segments; ++i) smem.rows_to[seg[i].rank] += static_cast<std::uint32_t>(seg[i].rows);
+
+    if constexpr (kPath == A2AStorePath::tma) {
+      if (thread_idx == 0) {
+        for (int i = 0; i < segments; ++i) {
+          const int j = seg[i].rank;
+          // Rank j's rows start at sequence row j·Ms: the box at row m0 - j·Ms (negative for a tile that starts
+          // on the rank before); the TMA unit writes only rows inside [0, Ms) of rank j.
+          Tensor mO = params.tma_o[j].get_tma_tensor(make_shape(s.shard_rows(), int(kHeadDim), s.heads, 2 * s.batch));
+          Tensor mOj = domain_offset(make_coord(-j * s.shard_rows(), _0{}), mO(_, _, head, parity_batch));
+          Tensor gO = local_tile(mOj, TileShapeO{}, make_coord(tile.m_block, _0{}));
+          auto [tOgO, tOsO] = tma_partition(params.tma_o[j], _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
+          copy(params.tma_o[j], tOsO, tOgO);
+        }
+        tma_store_arrive();
+      }
+    } else {
+      // 16-byte pieces of the staged tile (d/8 per row), strided over the consumer threads; rows past M skipped.
+      constexpr int kPiecesPerRow = kHeadDim / 8;
+      const std::int64_t row_pitch = static_cast<std::int64_t>(s.heads) * kHeadDim;  // elements
+      for (int piece = thread_idx; piece < kBlockM * kPiecesPerRow; piece += kThreads) {
+        const int r = piece / kPiecesPerRow, c = (piece % kPiecesPerRow) * 8;
+        const int m = m0 + r;
+        if (m >= s.seqlen) continue;
+        const int j = s.owner_of_row(m);
+        const uint4 v = *reinterpret_cast<const uint4*>(&sO(r, c));
+        Element* base = static_cast<Element*>(params.dst.window[j]);
+        const std::int64_t offset =
+            (static_cast<std::int64_t>(parity_batch) * s.shard_rows() + s.row_in_owner(m)) * row_pitch + static_cast<std::int64_t>(head) * kHeadDim + c;
+        *reinterpret_cast<uint4*>(base + offset) = v;
+      }
+    }
+    (void)lse;
+  }
+
+  // After the last tile, all consumer threads.
+  CUTE_DEVICE static void finish(Params const& params, SharedStorage& smem, int thread_idx) {
+    if constexpr (kPath == A2AStorePath::tma) {
+      if (thread_idx == 0) cute::tma_store_wait<0>();  // every bulk store written, at the peers too
+    } else {
+      __threadfence_system();  // this thread's stores, before the counts
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
+    if (thread_idx != 0) return;
+    const AllToAllDestinations& d = params.dst;
+    for (int j = 0; j < d.shape.ranks; ++j)
+      if (smem.rows_to[j] != 0) comm::signal_arrival(d.arrived[j], smem.rows_to[j]);
+    const std::uint32_t epoch = smem.epoch;
+    if (comm::finish_cta(d.calls, epoch, gridDim.x) && d.wait_for_arrivals)
+      comm::wait_counter<true>(d.wait, d.arrived[d.rank], epoch * d.shape.arrivals_per_call(),
+                               static_cast<int>(UlyssesWait::arrivals), -1);
+  }
+#endif
+};
+
+template <class Config>
+using EpilogueAllToAllTma = EpilogueAllToAll<Config, A2AStorePath::tma>;
+template <class Config>
+using EpilogueAllToAllStGlobal = EpilogueAllToAll<Config, A2AStorePath::st_global>;
+
+}  // namespace xstage::attention

@@ -1,0 +1,24 @@
+// Host side of the fused Ulysses forward for one kernel configuration and store path: the plain launcher
+// with the all-to-all epilogue and the destination-interleaved tile order. Included only by the
+// flash_fwd_a2a_*.cu files.
+#pragma once
+
+#include "attention/epilogue_all_to_all.hpp"
+#include "attention/flash_fwd_launch.cuh"
+
+namespace xstage::attention::detail {
+
+template <FwdTileConfigId kId, A2AStorePath kPath>
+void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, int num_sms, cudaStream_t stream) {
+  using Config = typename FlashFwdTileConfigFor<kId>::type;
+  using Kernel = FlashFwdKernel<Config, EpilogueAllToAllTma>;
+  using KernelSt = FlashFwdKernel<Config, EpilogueAllToAllStGlobal>;
+  const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
+  const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
+  if constexpr (kPath == A2AStorePath::tma)
+    launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args, dst), stride, num_sms, stream);
+  else
+    launch_flash_fwd_kernel<KernelSt>(args, KernelSt::Epilogue::make_params(args, dst), stride, num_sms, stream);
+}
+
+}  // namespace xstage::attention::detail

@@ -1,0 +1,287 @@
+#include "attention/ulysses/layer.hpp"
+
+#include <nccl.h>
+
+#include <string>
+
+#include "attention/flash_fwd.hpp"
+#include "comm/device/bounded_wait.cuh"
+#include "comm/device/call_epoch.cuh"
+#include "common/cuda_check.hpp"
+#include "common/error.hpp"
+#include "common/launch.cuh"
+#include "common/nccl_check.hpp"
+
+namespace xstage::attention {
+namespace {
+
+constexpr int kCopyThreads = 256;
+constexpr int kCopyBlocks = 132 * 4;
+
+// dst row (i0, i1) <- src row (i0, i1), `row_pieces` 16-byte pieces each, rows at the given strides (in 16-byte
+// pieces): every layout change of the layer is one of these (split/merge heads, split/merge sequence).
+__global__ void strided_row_copy_kernel(const uint4* src, uint4* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1,
+                                        std::int64_t dst_s0, std::int64_t dst_s1, int row_pieces) {
+  const std::int64_t total = static_cast<std::int64_t>(n0) * n1 * row_pieces;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int piece = static_cast<int>(i % row_pieces);
+    const std::int64_t row = i / row_pieces;
+    const std::int64_t i0 = row / n1, i1 = row % n1;
+    dst[i0 * dst_s0 + i1 * dst_s1 + piece] = src[i0 * src_s0 + i1 * src_s1 + piece];
+  }
+}
+
+void strided_row_copy(const void* src, void* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1, std::int64_t dst_s0,
+                      std::int64_t dst_s1, std::int64_t row_bytes, cudaStream_t stream) {
+  const std::int64_t p = 16;
+  launch_kernel(strided_row_copy_kernel, kCopyBlocks, kCopyThreads, 0, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
+                n1, src_s0 / p, src_s1 / p, dst_s0 / p, dst_s1 / p, static_cast<int>(row_bytes / p));
+}
+
+// This call's half of a rank's output window -> its output (the call counter says which half).
+__global__ void copy_out_kernel(const uint4* window, uint4* out, std::int64_t half_pieces, comm::CallEpochView calls) {
+  const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(calls.calls_done);
+  const uint4* half = window + static_cast<std::int64_t>(done & 1u) * half_pieces;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < half_pieces; i += std::int64_t(gridDim.x) * blockDim.x)
+    out[i] = half[i];
+}
+
+// Virtual ranks: after every rank's fused kernel of the call, each rank's rows must all have arrived.
+__global__ void wait_arrivals_kernel(const std::uint32_t* arrived, std::uint32_t per_call, comm::CallEpochView calls,
+                                     comm::WaitContext wait) {
+  const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(calls.calls_done);
+  comm::wait_counter<true>(wait, arrived, done * per_call, static_cast<int>(UlyssesWait::arrivals), -1);
+}
+
+std::string describe_failure(const comm::DeviceStatus& st, double timeout_s) {
+  return comm::describe_timeout(st, timeout_s, "Ulysses attention", "the rows of every rank (arrivals)", true);
+}
+
+}  // namespace
+
+const char* to_string(UlyssesPath path) { return path == UlyssesPath::serial ? "serial" : "fused"; }
+
+void validate(const UlyssesShape& s) {
+  const std::string what = "Ulysses attention (batch " + std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H " +
+                           std::to_string(s.heads) + ", d " + std::to_string(s.head_dim) + ", P " + std::to_string(s.ranks) + ")";
+  require_input(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks,
+                what + ": 1 to " + std::to_string(kMaxUlyssesRanks) + " ranks (one NVLink domain)");
+  require_input(s.batch >= 1 && s.seqlen >= 1 && s.heads >= 1, what + ": batch, M and H must be >= 1");
+  require_input(s.head_dim == 64 || s.head_dim == 128, what + ": head_dim must be 64 or 128");
+  require_input(s.heads % s.ranks == 0, what + ": H must be a multiple of P (each rank attends to H/P whole heads)");
+  require_input(s.seqlen % s.ranks == 0,
+                what + ": M must be a multiple of P (each rank holds M/P rows; pad the sequence to a multiple of P)");
+}
+
+struct UlyssesAttention::Rank {
+  int rank = 0;
+  comm::CallState state;
+  // Pre-attention: the rank's Q, K, V split by destination [P][B][Ms][Hp][d], what arrives [P][B][Ms][Hp][d],
+  // and (B > 1) the head-sharded tensors [B][M][Hp][d]; with B = 1 what arrives is already head-sharded.
+  DeviceBuffer send[3], recv[3], work[3];
+  // Serial post-attention: the local O [B][M][Hp][d], its split by destination (B > 1), what arrives.
+  DeviceBuffer o, o_send, o_recv;
+  // Fused: this rank's output window [2][B][Ms][H][d] and arrival counter, local (virtual ranks) or symmetric.
+  DeviceBuffer window_local;
+  std::unique_ptr<comm::SymmetricBuffer> window_symmetric;
+  void* window = nullptr;
+  std::uint32_t* arrived = nullptr;
+  AllToAllDestinations dst;
+
+  Rank(int r, double timeout_s) : rank(r), state(r, timeout_s) {}
+  const void* head_sharded(int t) const { return work[t].bytes() ? work[t].get() : recv[t].get(); }
+};
+
+UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, comm::Runtime& rt, const UlyssesOptions& options)
+    : shape_(shape), opt_(options), rt_(&rt) {
+  validate(shape_);
+  require_input(rt.world_size() == shape_.ranks, "Ulysses attention: the layer has P = " + std::to_string(shape_.ranks) +
+                                                     " ranks but the job has " + std::to_string(rt.world_size()));
+  require_input(rt.lsa_size() >= shape_.ranks, "Ulysses attention: every rank must reach every other by NVLink loads/stores");
+  allocate(&rt);
+}
+
+UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, const UlyssesOptions& options) : shape_(shape), opt_(options) {
+  validate(shape_);
+  allocate(nullptr);
+}
+
+UlyssesAttention::~UlyssesAttention() = default;
+
+int UlyssesAttention::rank_of(int i) const { return ranks_.at(i)->rank; }
+
+void UlyssesAttention::allocate(comm::Runtime* rt) {
+  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
+                     d = shape_.head_dim;
+  const std::int64_t head_sharded = B * M * Hp * d * 2;  // bytes; equal to one rank's sequence-sharded tensor
+  const std::int64_t window_bytes = 2 * B * Ms * H * d * 2, counter_offset = window_bytes, total = window_bytes + 128;
+  const int held = rt ? 1 : shape_.ranks;
+  for (int i = 0; i < held; ++i) {
+    auto r = std::make_unique<Rank>(rt ? rt->rank() : i, opt_.timeout_s);
+    for (int t = 0; t < 3; ++t) {
+      r->send[t] = DeviceBuffer(head_sharded);
+      r->recv[t] = DeviceBuffer(head_sharded);
+      if (B > 1) r->work[t] = DeviceBuffer(head_sharded);
+    }
+    r->o = DeviceBuffer(head_sharded);
+    if (B > 1) r->o_send = DeviceBuffer(head_sharded);
+    r->o_recv = DeviceBuffer(head_sharded);
+    if (rt) {
+      r->window_symmetric = std::make_unique<comm::SymmetricBuffer>(*rt, static_cast<std::size_t>(total));
+      r->window = r->window_symmetric->local();
+    } else {
+      r->window_local = DeviceBuffer(total);
+      r->window = r->window_local.get();
+    }
+    r->arrived = reinterpret_cast<std::uint32_t*>(static_cast<char*>(r->window) + counter_offset);
+    XSTAGE_CUDA_CHECK(cudaMemset(r->window, 0, total));
+    ranks_.push_back(std::move(r));
+  }
+  for (auto& r : ranks_) {
+    AllToAllDestinations& d_ = r->dst;
+    d_.shape = shape_;
+    d_.rank = r->rank;
+    for (int j = 0; j < shape_.ranks; ++j) {
+      if (rt) {
+        char* base = j == r->rank ? static_cast<char*>(r->window) : static_cast<char*>(r->window_symmetric->peer_pointer(j));
+        d_.window[j] = base;
+        d_.arrived[j] = reinterpret_cast<std::uint32_t*>(base + counter_offset);
+      } else {
+        d_.window[j] = ranks_[j]->window;
+        d_.arrived[j] = ranks_[j]->arrived;
+      }
+    }
+    d_.calls = r->state.epoch_view();
+    d_.wait = r->state.wait_context();
+    d_.wait_for_arrivals = rt != nullptr;
+  }
+  XSTAGE_CUDA_CHECK(cudaDeviceSynchronize());
+  if (rt) rt->barrier();  // every window zeroed before any rank's first call
+}
+
+// Every held rank's send buffer -> every rank's receive buffer, `bytes_per_peer` from rank i to rank j at
+// send_i + j·bytes and recv_j + i·bytes.
+void UlyssesAttention::exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
+                                cudaStream_t stream) {
+  if (rt_) {
+    XSTAGE_NCCL_CHECK(ncclAlltoAll(send[0], recv[0], bytes_per_peer / 2, ncclBfloat16, rt_->comm(), stream));
+    return;
+  }
+  for (int i = 0; i < shape_.ranks; ++i)
+    for (int j = 0; j < shape_.ranks; ++j)
+      XSTAGE_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv[j]) + i * bytes_per_peer,
+                                        static_cast<const char*>(send[i]) + j * bytes_per_peer, bytes_per_peer,
+                                        cudaMemcpyDeviceToDevice, stream));
+}
+
+void UlyssesAttention::enqueue_pre_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  require_input(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                   std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
+                     d = shape_.head_dim, P = shape_.ranks;
+  const std::int64_t slice = Hp * d * 2, chunk = B * Ms * Hp * d * 2;  // bytes: one row's heads for one peer; one peer's share
+  for (int t = 0; t < 3; ++t) {
+    std::vector<const void*> send;
+    std::vector<void*> recv;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = *ranks_[i];
+      const void* x = t == 0 ? views[i].q : t == 1 ? views[i].k : views[i].v;
+      require_input(x != nullptr, "Ulysses attention: Q, K and V must not be null");
+      // split heads: [B·Ms][P][Hp·d] -> [P][B·Ms][Hp·d]
+      strided_row_copy(x, r.send[t].get(), static_cast<int>(P), static_cast<int>(B * Ms), slice, H * d * 2, chunk, slice, slice, stream);
+      send.push_back(r.send[t].get());
+      recv.push_back(r.recv[t].get());
+    }
+    exchange(send, recv, static_cast<std::size_t>(chunk), stream);
+    if (B > 1)
+      for (auto& rp : ranks_)  // merge sequence: [P][B][Ms·Hp·d] -> [B][P][Ms·Hp·d]
+        strided_row_copy(rp->recv[t].get(), rp->work[t].get(), static_cast<int>(P), static_cast<int>(B), chunk, Ms * Hp * d * 2,
+                         Ms * Hp * d * 2, M * Hp * d * 2, Ms * Hp * d * 2, stream);
+  }
+}
+
+namespace {
+FlashFwdArgs head_sharded_args(const UlyssesShape& s, const void* q, const void* k, const void* v, void* o) {
+  FlashFwdArgs a;
+  a.problem.batch = s.batch;
+  a.problem.seqlen_q = a.problem.seqlen_k = s.seqlen;
+  a.problem.heads = s.local_heads();
+  a.problem.head_dim = s.head_dim;
+  a.problem.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  a.problem.q = a.problem.k = a.problem.v = a.problem.o = packed_bmhd_strides(s.seqlen, s.local_heads(), s.head_dim);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  return a;
+}
+}  // namespace
+
+void UlyssesAttention::enqueue_attention_local(cudaStream_t stream) {
+  for (auto& r : ranks_)
+    flash_attention_forward(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), r->o.get()), stream);
+}
+
+void UlyssesAttention::enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  require_input(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
+  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
+                     d = shape_.head_dim, P = shape_.ranks;
+  const std::int64_t slice = Hp * d * 2, chunk = B * Ms * Hp * d * 2;
+  std::vector<const void*> send;
+  std::vector<void*> recv;
+  for (auto& r : ranks_) {
+    if (B > 1)  // split sequence: [B][P][Ms·Hp·d] -> [P][B][Ms·Hp·d]
+      strided_row_copy(r->o.get(), r->o_send.get(), static_cast<int>(P), static_cast<int>(B), Ms * Hp * d * 2, M * Hp * d * 2, chunk,
+                       Ms * Hp * d * 2, Ms * Hp * d * 2, stream);
+    send.push_back(B > 1 ? r->o_send.get() : r->o.get());
+    recv.push_back(r->o_recv.get());
+  }
+  exchange(send, recv, static_cast<std::size_t>(chunk), stream);
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    require_input(views[i].out != nullptr, "Ulysses attention: the output must not be null");
+    // merge heads: [P][B·Ms][Hp·d] -> [B·Ms][P][Hp·d]
+    strided_row_copy(ranks_[i]->o_recv.get(), views[i].out, static_cast<int>(P), static_cast<int>(B * Ms), chunk, slice, slice, H * d * 2,
+                     slice, stream);
+  }
+}
+
+void UlyssesAttention::enqueue_attention_fused(cudaStream_t stream) {
+  poll();
+  for (auto& r : ranks_)
+    flash_attention_forward_all_to_all(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), nullptr),
+                                       r->dst, opt_.store_path, stream);
+  if (!rt_)
+    for (auto& r : ranks_)
+      launch_kernel(wait_arrivals_kernel, 1, 1, 0, stream, static_cast<const std::uint32_t*>(r->arrived), shape_.arrivals_per_call(),
+                    r->state.epoch_view(), r->state.wait_context());
+}
+
+void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  require_input(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
+  const std::int64_t half_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.shard_rows() * shape_.heads * shape_.head_dim * 2;
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    require_input(views[i].out != nullptr, "Ulysses attention: the output must not be null");
+    launch_kernel(copy_out_kernel, kCopyBlocks, kCopyThreads, 0, stream, static_cast<const uint4*>(ranks_[i]->window),
+                  static_cast<uint4*>(views[i].out), half_bytes / 16, ranks_[i]->state.epoch_view());
+  }
+}
+
+void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream) {
+  enqueue_pre_all_to_all(views, stream);
+  if (path == UlyssesPath::serial) {
+    enqueue_attention_local(stream);
+    enqueue_post_all_to_all(views, stream);
+  } else {
+    enqueue_attention_fused(stream);
+    enqueue_copy_out(views, stream);
+  }
+}
+
+void UlyssesAttention::poll() const {
+  for (const auto& r : ranks_)
+    if (const auto failure = r->state.failure()) throw PlatformError(describe_failure(*failure, opt_.timeout_s));
+}
+
+std::uint32_t UlyssesAttention::calls_done(int i) const { return ranks_.at(i)->state.calls_done(); }
+
+}  // namespace xstage::attention

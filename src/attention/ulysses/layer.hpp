@@ -1,0 +1,96 @@
+// The Ulysses sequence-parallel attention layer over P ranks (ulysses/layout.hpp has the index math):
+// sequence-sharded Q, K, V [B][M/P][H][d] in, the same shape out. Two ways to run it:
+//
+//   serial   pre-attention all-to-all (pack, exchange, unpack), attention into a local head-sharded O,
+//            post-attention all-to-all (pack, exchange, unpack): what users run today, on the same core;
+//   fused    pre-attention all-to-all, then the attention kernel with the all-to-all in its epilogue
+//            (epilogue_all_to_all.hpp): each output tile goes straight into its owner's output window;
+//            then each rank copies this call's half of its window out.
+//
+// The ranks a process holds: one, with an NCCL communicator and symmetric windows (comm::Runtime; the
+// exchange is ncclAlltoAll, the epilogue's destinations LSA pointers), or all P on one GPU ("virtual ranks":
+// the exchange is copies and the destinations are local buffers), so that the destination math, straddling
+// tiles, completion counters and layouts are verified on one GPU. The same kernels run either way.
+//
+// Every call is enqueued with no host synchronisation (CUDA graphs capture it); poll() reports a device-side
+// failure of any earlier call without synchronising.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/ulysses/destinations.hpp"
+#include "attention/ulysses/layout.hpp"
+#include "comm/call_state.hpp"
+#include "comm/runtime.hpp"
+#include "common/device_buffer.hpp"
+
+namespace xstage::attention {
+
+enum class UlyssesPath { serial, fused };
+const char* to_string(UlyssesPath path);
+
+struct UlyssesOptions {
+  A2AStorePath store_path = A2AStorePath::tma;  // the fused epilogue's
+  double timeout_s = 10.0;                       // every device-side wait
+};
+
+// One rank's operands, views of caller memory: bf16 [B][M/P][H][d], densely packed.
+struct UlyssesViews {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+};
+
+// Throws InputError naming the problem: M and H must divide by P, head_dim 64 or 128, 1 <= P <= 8.
+void validate(const UlyssesShape& shape);
+
+class UlyssesAttention {
+ public:
+  // Real ranks: this process is rank rt.rank() of rt.world_size() = shape.ranks (collective: every rank
+  // constructs together). Needs every rank in one NVLink domain.
+  UlyssesAttention(const UlyssesShape& shape, comm::Runtime& rt, const UlyssesOptions& options);
+  // Virtual ranks: all shape.ranks ranks in this process, on the current GPU.
+  UlyssesAttention(const UlyssesShape& shape, const UlyssesOptions& options);
+  ~UlyssesAttention();
+  UlyssesAttention(const UlyssesAttention&) = delete;
+  UlyssesAttention& operator=(const UlyssesAttention&) = delete;
+
+  const UlyssesShape& shape() const { return shape_; }
+  int held_ranks() const { return static_cast<int>(ranks_.size()); }
+  // The global rank of held rank i.
+  int rank_of(int i) const;
+
+  // The whole layer for every held rank (views[i] for held rank i).
+  void enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream);
+
+  // Its steps, for the benchmark's baselines (FA-only, A2A-only, serial, fused) and tests:
+  void enqueue_pre_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // Q, K, V -> head-sharded
+  void enqueue_attention_local(cudaStream_t stream);   // head-sharded -> local O (the plain epilogue)
+  void enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // local O -> out
+  void enqueue_attention_fused(cudaStream_t stream);   // head-sharded -> the owners' windows, completion waited for
+  void enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // this call's window half -> out
+
+  // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
+  void poll() const;
+  // Fused calls the device has completed on held rank i (blocking).
+  std::uint32_t calls_done(int i) const;
+
+ private:
+  struct Rank;
+  void allocate(comm::Runtime* rt);
+  void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
+                cudaStream_t stream);
+
+  UlyssesShape shape_;
+  UlyssesOptions opt_;
+  comm::Runtime* rt_ = nullptr;  // null: virtual ranks
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
+}  // namespace xstage::attention

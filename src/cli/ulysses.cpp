@@ -1,0 +1,499 @@
+// `xstage attention ulysses check` and `xstage attention ulysses bench`: the Ulysses sequence-parallel
+// attention layer (src/attention/ulysses/) with its post-attention all-to-all serial (the same core, then
+// NCCL all-to-all) or fused into the attention epilogue (paper §4.3).
+//
+// Like `xstage moe`: without RANK/WORLD_SIZE it starts --gpus local ranks of itself (one rank per GPU), under
+// torchrun/Slurm it runs as the rank it is given; `check --virtual-ranks P` instead holds P ranks in one
+// process on one GPU (their exchanges are copies, their windows local buffers), which verifies the
+// destination math, straddling tiles and completion counters for any P on a single GPU.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/device_fill.hpp"
+#include "attention/flash_fwd.hpp"
+#include "attention/reference.hpp"
+#include "attention/tile_shapes.hpp"
+#include "attention/ulysses/layer.hpp"
+#include "cli/commands.hpp"
+#include "cli/shipped_files.hpp"
+#include "comm/launcher.hpp"
+#include "comm/runtime.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
+#include "common/error.hpp"
+#include "common/gpu_timing.hpp"
+#include "common/run_info.hpp"
+#include "common/stats.hpp"
+#include "model/attention.hpp"
+#include "model/platform.hpp"
+
+namespace xstage::cli {
+namespace {
+
+using attention::A2AStorePath;
+using attention::UlyssesAttention;
+using attention::UlyssesPath;
+using attention::UlyssesShape;
+using attention::UlyssesViews;
+
+constexpr double kMaxRelativeError = 1e-2;  // serial path against the fp32 reference of the whole sequence
+constexpr const char* kDefaultPlatform = "platforms/h200_nvlink4.json";
+
+struct UlyssesArgs {
+  int gpus = 0;
+  int virtual_ranks = 0;  // check: P ranks in this process on one GPU
+  std::uint64_t seed = 0;
+  int launches = 3;       // check: fused calls per case, output poisoned before each
+  bool quick = false;     // check: the two smallest shapes only (for compute-sanitizer)
+  std::vector<int> seqlens{4096, 8192, 16384, 32768, 49152, 65536};
+  std::vector<int> heads_per_rank{4, 12};
+  std::vector<int> head_dims{128, 64};
+  int batch = 1;
+  std::vector<std::string> store_paths{"tma", "st_global"};
+  int trials = 10;
+  int replays = 10;       // bench: calls per CUDA graph replay
+  double warmup_ms = 1000;
+  double device_timeout_s = 10;
+  std::string platform;
+  std::string out;
+};
+
+std::vector<A2AStorePath> store_path_list(const std::vector<std::string>& names) {
+  std::vector<A2AStorePath> out;
+  for (const std::string& n : names) {
+    require_input(n == "tma" || n == "st_global", "--store-path: unknown store path '" + n + "' (choose from tma, st_global)");
+    out.push_back(n == "tma" ? A2AStorePath::tma : A2AStorePath::st_global);
+  }
+  require_input(!out.empty(), "--store-path: name at least one store path (tma, st_global)");
+  return out;
+}
+
+// One rank's inputs and output: bf16 [B][Ms][H][d] each, packed.
+struct RankTensors {
+  DeviceBuffer q, k, v, out;
+};
+
+// Copies rows [r·Ms, (r+1)·Ms) of every batch of a full [B][M][H][d] tensor into rank r's packed shard.
+void take_shard(const void* full, void* shard, const UlyssesShape& s, int r, cudaStream_t stream) {
+  const std::size_t row = static_cast<std::size_t>(s.heads) * s.head_dim * 2;
+  XSTAGE_CUDA_CHECK(cudaMemcpy2DAsync(shard, s.shard_rows() * row, static_cast<const char*>(full) + static_cast<std::size_t>(r) * s.shard_rows() * row,
+                                      static_cast<std::size_t>(s.seqlen) * row, s.shard_rows() * row, s.batch, cudaMemcpyDeviceToDevice, stream));
+}
+
+// ---- check ----------------------------------------------------------------------------------------------
+
+struct CheckShape {
+  int batch, shard_rows, heads_per_rank, head_dim;
+};
+
+// Awkward on purpose: shards that are not multiples of the 128- or 192-row tile (tiles straddle two or more
+// ranks), several batches, one and three heads per rank, both head dims.
+std::vector<CheckShape> check_shapes(bool quick) {
+  if (quick) return {{2, 100, 3, 128}, {3, 37, 2, 64}};
+  return {{1, 256, 1, 128}, {2, 100, 3, 128}, {3, 37, 2, 64}, {1, 1000, 2, 64}, {2, 300, 1, 128}, {1, 4096, 2, 128}};
+}
+
+struct HeldRanks {
+  std::unique_ptr<UlyssesAttention> layer;
+  std::vector<RankTensors> tensors;  // per held rank
+  std::vector<int> global;           // the rank each holds
+};
+
+std::vector<UlyssesViews> views_of(HeldRanks& h, bool fused_out, std::vector<DeviceBuffer>& fused_outs) {
+  std::vector<UlyssesViews> v;
+  for (std::size_t i = 0; i < h.tensors.size(); ++i)
+    v.push_back({h.tensors[i].q.get(), h.tensors[i].k.get(), h.tensors[i].v.get(), fused_out ? fused_outs[i].get() : h.tensors[i].out.get()});
+  return v;
+}
+
+struct CheckResult {
+  std::string name;
+  double rel_l2 = 0;                      // serial vs reference, worst held rank
+  unsigned long long fused_differences[2] = {0, 0};  // words differing from serial, over all launches (tma, st_global)
+  bool ran[2] = {false, false};
+  bool passed = false;
+};
+
+CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, const UlyssesArgs& args, std::uint64_t seed,
+                            const std::vector<A2AStorePath>& paths, cudaStream_t stream) {
+  const UlyssesShape s{cs.batch, cs.shard_rows * P, cs.heads_per_rank * P, cs.head_dim, P};
+  CheckResult res;
+  res.name = "B=" + std::to_string(s.batch) + " M=" + std::to_string(s.seqlen) + " H=" + std::to_string(s.heads) + " d=" +
+             std::to_string(s.head_dim) + " P=" + std::to_string(P) + (rt ? "" : " (virtual)");
+  const std::int64_t full_elems = static_cast<std::int64_t>(s.batch) * s.seqlen * s.heads * s.head_dim;
+  const std::int64_t shard_elems = full_elems / P;
+  // The whole sequence, the same on every rank (seeded), and its fp32 reference.
+  DeviceBuffer q(full_elems * 2), k(full_elems * 2), v(full_elems * 2), ref(full_elems * 4);
+  attention::fill_uniform_bf16(q.get(), full_elems, seed, -1.f, 1.f, stream);
+  attention::fill_uniform_bf16(k.get(), full_elems, seed + 1, -1.f, 1.f, stream);
+  attention::fill_uniform_bf16(v.get(), full_elems, seed + 2, -1.f, 1.f, stream);
+  attention::FlashFwdArgs full;
+  full.problem.batch = s.batch;
+  full.problem.seqlen_q = full.problem.seqlen_k = s.seqlen;
+  full.problem.heads = s.heads;
+  full.problem.head_dim = s.head_dim;
+  full.problem.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  full.problem.q = full.problem.k = full.problem.v = full.problem.o = attention::packed_bmhd_strides(s.seqlen, s.heads, s.head_dim);
+  full.q = q.get();
+  full.k = k.get();
+  full.v = v.get();
+  attention::reference_attention_gpu(full, ref.get<float>(), nullptr, stream);
+
+  attention::UlyssesOptions opt;
+  opt.timeout_s = args.device_timeout_s;
+  HeldRanks h;
+  h.layer = rt ? std::make_unique<UlyssesAttention>(s, *rt, opt) : std::make_unique<UlyssesAttention>(s, opt);
+  for (int i = 0; i < h.layer->held_ranks(); ++i) {
+    RankTensors t{DeviceBuffer(shard_elems * 2), DeviceBuffer(shard_elems * 2), DeviceBuffer(shard_elems * 2), DeviceBuffer(shard_elems * 2)};
+    const int r = h.layer->rank_of(i);
+    take_shard(q.get(), t.q.get(), s, r, stream);
+    take_shard(k.get(), t.k.get(), s, r, stream);
+    take_shard(v.get(), t.v.get(), s, r, stream);
+    attention::fill_u16(t.out.get(), shard_elems, 0xFFFF, stream);  // NaN: rows nobody writes show up
+    h.tensors.push_back(std::move(t));
+    h.global.push_back(r);
+  }
+  std::vector<DeviceBuffer> fused_outs;
+  for (int i = 0; i < h.layer->held_ranks(); ++i) fused_outs.emplace_back(shard_elems * 2);
+
+  // Serial, against the reference of the whole sequence.
+  h.layer->enqueue(views_of(h, false, fused_outs), UlyssesPath::serial, stream);
+  XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  h.layer->poll();
+  const std::vector<float> ref_h = [&] {
+    std::vector<float> r(full_elems);
+    XSTAGE_CUDA_CHECK(cudaMemcpy(r.data(), ref.get(), full_elems * 4, cudaMemcpyDeviceToHost));
+    return r;
+  }();
+  const std::int64_t row_elems = static_cast<std::int64_t>(s.heads) * s.head_dim;
+  for (int i = 0; i < h.layer->held_ranks(); ++i) {
+    std::vector<std::uint16_t> got(shard_elems);
+    XSTAGE_CUDA_CHECK(cudaMemcpy(got.data(), h.tensors[i].out.get(), shard_elems * 2, cudaMemcpyDeviceToHost));
+    double e2 = 0, r2 = 0;
+    const int r = h.global[i];
+    for (int b = 0; b < s.batch; ++b)
+      for (int m = 0; m < s.shard_rows(); ++m)
+        for (std::int64_t c = 0; c < row_elems; ++c) {
+          const double g = attention::bf16_bits_to_float(got[(static_cast<std::int64_t>(b) * s.shard_rows() + m) * row_elems + c]);
+          const double w = ref_h[(static_cast<std::int64_t>(b) * s.seqlen + r * s.shard_rows() + m) * row_elems + c];
+          e2 += std::isfinite(g) ? (g - w) * (g - w) : 1e30;
+          r2 += w * w;
+        }
+    res.rel_l2 = std::max(res.rel_l2, std::sqrt(e2 / std::max(r2, 1e-30)));
+  }
+
+  // Fused, by each store path, `launches` times: the output poisoned before every call, compared word for word
+  // with the serial output on the device (no host round trip between calls).
+  DeviceBuffer differences(sizeof(unsigned long long));
+  for (A2AStorePath path : paths) {
+    const int pi = path == A2AStorePath::tma ? 0 : 1;
+    attention::UlyssesOptions fo = opt;
+    fo.store_path = path;
+    std::unique_ptr<UlyssesAttention> fused = rt ? std::make_unique<UlyssesAttention>(s, *rt, fo) : std::make_unique<UlyssesAttention>(s, fo);
+    XSTAGE_CUDA_CHECK(cudaMemsetAsync(differences.get(), 0, differences.bytes(), stream));
+    const auto views = views_of(h, true, fused_outs);
+    fused->enqueue_pre_all_to_all(views, stream);
+    for (int launch = 0; launch < args.launches; ++launch) {
+      for (auto& o : fused_outs) attention::fill_u16(o.get(), shard_elems, 0xFFFF, stream);
+      fused->enqueue_attention_fused(stream);
+      fused->enqueue_copy_out(views, stream);
+      for (int i = 0; i < fused->held_ranks(); ++i)
+        attention::count_differing_u16(fused_outs[i].get(), h.tensors[i].out.get(), shard_elems, differences.get<unsigned long long>(),
+                                       stream);
+    }
+    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    fused->poll();
+    XSTAGE_CUDA_CHECK(cudaMemcpy(&res.fused_differences[pi], differences.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < fused->held_ranks(); ++i)  // each call counted once on the device
+      if (fused->calls_done(i) != static_cast<std::uint32_t>(args.launches)) ++res.fused_differences[pi];
+    res.ran[pi] = true;
+  }
+  res.passed = res.rel_l2 <= kMaxRelativeError && res.fused_differences[0] == 0 && res.fused_differences[1] == 0;
+  return res;
+}
+
+int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
+  const int P = rt ? rt->world_size() : args.virtual_ranks;
+  const bool lead = !rt || rt->rank() == 0;
+  std::uint64_t seed = args.seed ? args.seed : (std::uint64_t(std::random_device{}()) << 20);
+  if (rt) {  // every rank the same seed: rank 0's
+    const auto all = rt->all_gather_bytes(&seed, sizeof seed);
+    std::memcpy(&seed, all.data(), sizeof seed);
+  }
+  const auto paths = store_path_list(args.store_paths);
+  cudaStream_t stream = rt ? rt->stream() : nullptr;
+  if (!rt) XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (lead)
+    std::printf("ulysses check: P = %d%s, seed %llu, %d fused launch(es) per case and store path; pass if serial rel L2 <= %.0e and the "
+                "fused output equals the serial one bit for bit\n",
+                P, rt ? "" : " virtual ranks on one GPU", static_cast<unsigned long long>(seed), args.launches, kMaxRelativeError);
+  nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"virtual", rt == nullptr},
+                        {"seed", seed}, {"launches", args.launches}, {"cases", nlohmann::json::array()}};
+  int failures = 0;
+  for (const CheckShape& cs : check_shapes(args.quick)) {
+    const CheckResult r = run_check_shape(cs, P, rt, args, seed, paths, stream);
+    seed += 7919;
+    failures += !r.passed;
+    if (lead)
+      std::printf("  %-40s serial rel L2 %.2e   fused differing words: tma %s, st_global %s   %s\n", r.name.c_str(), r.rel_l2,
+                  r.ran[0] ? std::to_string(r.fused_differences[0]).c_str() : "-", r.ran[1] ? std::to_string(r.fused_differences[1]).c_str() : "-",
+                  r.passed ? "ok" : "FAIL");
+    doc["cases"].push_back({{"case", r.name}, {"serial_rel_l2", r.rel_l2}, {"fused_tma_differing_words", r.fused_differences[0]},
+                            {"fused_st_global_differing_words", r.fused_differences[1]}, {"passed", r.passed}});
+  }
+  if (!rt) XSTAGE_CUDA_CHECK(cudaStreamDestroy(stream));
+  if (lead) std::printf("%d case(s) failed\n", failures);
+  if (lead && !args.out.empty()) write_json_file(args.out, doc);
+  return failures;
+}
+
+// ---- bench ----------------------------------------------------------------------------------------------
+
+// The paper's protocol for attention (BRIEF §5): sender-side steady state, back-to-back replay through a CUDA
+// graph of `replays` calls; per trial all ranks line up, the time per call is the graph's time / replays, the
+// trial's time the max over ranks; the median over trials is reported.
+struct Timer {
+  comm::Runtime& rt;
+  cudaStream_t stream;
+  int trials, replays;
+  cudaEvent_t start{}, stop{};
+  Timer(comm::Runtime& r, int t, int n) : rt(r), stream(r.stream()), trials(t), replays(n) {
+    XSTAGE_CUDA_CHECK(cudaEventCreate(&start));
+    XSTAGE_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~Timer() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  // Median over trials of the max over ranks of the per-call time, µs.
+  template <class F>
+  double median_us(F&& call) {
+    cudaStream_t capture = nullptr;
+    XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking));
+    cudaGraph_t graph{};
+    cudaGraphExec_t exec{};
+    XSTAGE_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < replays; ++i) call(capture);
+    XSTAGE_CUDA_CHECK(cudaStreamEndCapture(capture, &graph));
+    XSTAGE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, capture));  // untimed
+    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(capture));
+    std::vector<double> mine(trials);
+    for (int t = 0; t < trials; ++t) {
+      rt.barrier();
+      XSTAGE_CUDA_CHECK(cudaEventRecord(start, capture));
+      XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, capture));
+      XSTAGE_CUDA_CHECK(cudaEventRecord(stop, capture));
+      XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      mine[t] = 1e3 * ms / replays;
+    }
+    XSTAGE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    XSTAGE_CUDA_CHECK(cudaGraphDestroy(graph));
+    XSTAGE_CUDA_CHECK(cudaStreamDestroy(capture));
+    const auto all = rt.all_gather_bytes(mine.data(), mine.size() * sizeof(double));
+    std::vector<double> worst(trials, 0.0);
+    for (int r = 0; r < rt.world_size(); ++r)
+      for (int t = 0; t < trials; ++t) {
+        double v;
+        std::memcpy(&v, all.data() + (static_cast<std::size_t>(r) * trials + t) * sizeof(double), sizeof v);
+        worst[t] = std::max(worst[t], v);
+      }
+    return median(worst);
+  }
+};
+
+int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
+  const int P = rt.world_size();
+  const bool lead = rt.rank() == 0;
+  const auto paths = store_path_list(args.store_paths);
+  cudaStream_t stream = rt.stream();
+  const std::string platform_file = args.platform.empty() ? shipped_file(kDefaultPlatform) : args.platform;
+  const model::PlatformModel platform = model::read_platform_file(platform_file);
+  int sms = 0;
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rt.device()));
+  nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"platform", platform_file},
+                        {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls; per trial all ranks "
+                                     "line up, time per call = graph time / calls, max over ranks; median over " +
+                                     std::to_string(args.trials) + " trials"},
+                        {"results", nlohmann::json::array()}};
+  if (lead)
+    std::printf("%-30s %9s %9s %9s %9s %9s %9s %8s %8s %8s %9s %9s\n", "shape (per rank: heads x M x d)", "T_FA", "T_A2A", "T_serial",
+                "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "E_res/FA", "pred_E", "pred_Ecc");
+  Timer timer(rt, args.trials, args.replays);
+  bool warmed = false;
+  for (int d : args.head_dims)
+    for (int hpr : args.heads_per_rank)
+      for (int M : args.seqlens) {
+        const UlyssesShape s{args.batch, M, hpr * P, d, P};
+        attention::validate(s);
+        const std::int64_t shard = static_cast<std::int64_t>(s.batch) * s.shard_rows() * s.heads * d;
+        RankTensors t{DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2)};
+        attention::fill_uniform_bf16(t.q.get(), shard, 11 + rt.rank(), -1.f, 1.f, stream);
+        attention::fill_uniform_bf16(t.k.get(), shard, 12 + rt.rank(), -1.f, 1.f, stream);
+        attention::fill_uniform_bf16(t.v.get(), shard, 13 + rt.rank(), -1.f, 1.f, stream);
+        const std::vector<UlyssesViews> views{{t.q.get(), t.k.get(), t.v.get(), t.out.get()}};
+        attention::UlyssesOptions opt;
+        opt.timeout_s = args.device_timeout_s;
+        UlyssesAttention layer(s, rt, opt);
+        layer.enqueue_pre_all_to_all(views, stream);  // the head-sharded inputs every variant below starts from
+        if (!warmed) {
+          warm_up([&] { layer.enqueue_attention_local(stream); }, args.warmup_ms, stream);
+          warmed = true;
+        }
+        const double t_fa = timer.median_us([&](cudaStream_t st) { layer.enqueue_attention_local(st); });
+        const double t_a2a = timer.median_us([&](cudaStream_t st) { layer.enqueue_post_all_to_all(views, st); });
+        const double t_serial = timer.median_us([&](cudaStream_t st) {
+          layer.enqueue_attention_local(st);
+          layer.enqueue_post_all_to_all(views, st);
+        });
+        double t_fused[2] = {NAN, NAN};
+        for (A2AStorePath path : paths) {
+          attention::UlyssesOptions fo = opt;
+          fo.store_path = path;
+          UlyssesAttention fused(s, rt, fo);
+          fused.enqueue_pre_all_to_all(views, stream);
+          t_fused[path == A2AStorePath::tma ? 0 : 1] = timer.median_us([&](cudaStream_t st) { fused.enqueue_attention_fused(st); });
+          fused.poll();
+        }
+        const double t_layer_serial = timer.median_us([&](cudaStream_t st) { layer.enqueue(views, UlyssesPath::serial, st); });
+        double t_layer_fused = NAN;
+        {
+          attention::UlyssesOptions fo = opt;
+          fo.store_path = paths.front();
+          UlyssesAttention fused(s, rt, fo);
+          t_layer_fused = timer.median_us([&](cudaStream_t st) { fused.enqueue(views, UlyssesPath::fused, st); });
+          fused.poll();
+        }
+        layer.poll();
+        const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
+        const double e_res = best_fused - t_fa, hiding = (t_serial - best_fused) / (t_serial - t_fa), speedup = t_serial / best_fused;
+        // The audit with the compute side measured: σ from T_FA (ceil(tiles / CTAs) waves of ceil(M / b_n) KV tiles).
+        const attention::FwdTileShape tile = attention::fwd_tile_shape(attention::choose_fwd_tile_config(d, std::int64_t(s.batch) * hpr, M, sms));
+        const std::int64_t tiles = std::int64_t(s.batch) * hpr * ((M + tile.block_m() - 1) / tile.block_m());
+        const int K = static_cast<int>(std::min<std::int64_t>(tiles, sms));
+        const std::int64_t waves = (tiles + K - 1) / K, kv_tiles = (M + tile.block_n - 1) / tile.block_n;
+        model::AttentionKernel kern;
+        kern.b_m = tile.block_m();
+        kern.b_n = tile.block_n;
+        kern.head_dim = d;
+        kern.K = K;
+        kern.sigma_ns = 1e3 * t_fa / static_cast<double>(waves * kv_tiles);
+        kern.G_QK_ns = kern.sigma_ns / 2;
+        kern.T_lat_ns = 1000;
+        kern.heads = hpr;
+        kern.batch = s.batch;
+        const model::PlatformPoint pt =
+            model::evaluate_platform(model::store_path_triple(platform, paths.front() == A2AStorePath::tma ? model::StorePath::tma_bulk
+                                                                                                          : model::StorePath::st_global_16B),
+                                     K, model::attention_tile_bytes(kern.b_m, d, 2))
+                .point;
+        const model::AttentionAudit audit = model::audit_attention(pt, kern, {M});
+        const double pred_e = audit.points[0].E_drain_ns / 1e3, pred_ecc = audit.points[0].E_cc_ns / 1e3;
+        char name[64];
+        std::snprintf(name, sizeof name, "%d x %d x %d", hpr, M, d);
+        if (lead)
+          std::printf("%-30s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.1f%% %8.3f %7.2f%% %9.1f %9.1f\n", name, t_fa, t_a2a, t_serial, t_fused[0],
+                      t_fused[1], e_res, 100 * hiding, speedup, 100 * e_res / t_fa, pred_e, pred_ecc);
+        doc["results"].push_back({{"heads_per_rank", hpr}, {"heads", s.heads}, {"seqlen", M}, {"head_dim", d}, {"batch", s.batch},
+                                  {"T_FA_us", t_fa}, {"T_A2A_us", t_a2a}, {"T_serial_us", t_serial},
+                                  {"T_fused_tma_us", t_fused[0]}, {"T_fused_st_global_us", t_fused[1]},
+                                  {"E_res_us", e_res}, {"hiding", hiding}, {"speedup", speedup},
+                                  {"T_layer_serial_us", t_layer_serial}, {"T_layer_fused_us", t_layer_fused},
+                                  {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
+                                  {"predicted", {{"E_drain_us", pred_e}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},
+                                                 {"G_star_us", audit.G_star_ns / 1e3}, {"capacity_bound_holds", audit.capacity_bound_holds},
+                                                 {"T_iss0_ns", pt.T_iss0_ns}, {"R_bytes_per_ns", pt.R_bytes_per_ns}, {"Q_bytes", pt.Q_bytes}}}});
+        std::fflush(stdout);
+      }
+  if (lead && !args.out.empty()) write_json_file(args.out, doc);
+  return 0;
+}
+
+void validate_args(const UlyssesArgs& a, bool check) {
+  require_input(a.gpus >= 0, "--gpus must be at least 1");
+  require_input(a.virtual_ranks >= 0 && a.virtual_ranks <= attention::kMaxUlyssesRanks,
+                "--virtual-ranks must be 1 to " + std::to_string(attention::kMaxUlyssesRanks));
+  require_input(a.launches >= 1, "--launches must be at least 1");
+  require_input(a.trials >= 1 && a.replays >= 1, "--trials and --replays must be at least 1");
+  require_input(a.device_timeout_s > 0 && std::isfinite(a.device_timeout_s), "--device-timeout-s must be a positive number of seconds");
+  store_path_list(a.store_paths);
+  if (!check) {
+    require_input(!a.seqlens.empty() && !a.heads_per_rank.empty() && !a.head_dims.empty(), "--seqlens, --heads and --head-dims need values");
+    for (int d : a.head_dims) require_input(d == 64 || d == 128, "--head-dims: 64 or 128, got " + std::to_string(d));
+    for (int h : a.heads_per_rank) require_input(h >= 1, "--heads: heads per rank must be >= 1");
+    for (int m : a.seqlens) require_input(m >= 1, "--seqlens: M must be >= 1");
+    require_input(a.batch >= 1, "--batch must be >= 1");
+  }
+}
+
+void spawn_or_run(const UlyssesArgs& args, bool check) {
+  validate_args(args, check);
+  if (check && args.virtual_ranks > 0) {
+    if (comm::visible_gpu_count() < 1) throw PlatformError("no CUDA GPU");
+    if (run_check(nullptr, args) > 0) throw ExitStatus(1);
+    return;
+  }
+  if (const auto env = comm::rank_env_from_environment()) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    comm::Runtime rt(*env);
+    if ((check ? run_check(&rt, args) : run_bench(rt, args)) > 0) throw ExitStatus(1);
+    return;
+  }
+  const int visible = comm::visible_gpu_count();
+  const int gpus = args.gpus ? args.gpus : visible;
+  if (gpus > visible) throw PlatformError("--gpus " + std::to_string(gpus) + " but only " + std::to_string(visible) + " GPU(s) are visible");
+  if (gpus > 1) comm::require_peer_access(gpus);
+  const int rc = comm::run_local_ranks(gpus);
+  if (rc != 0) throw ExitStatus(rc);
+}
+
+}  // namespace
+
+void add_ulysses_command(CLI::App& attention) {
+  CLI::App* ulysses = attention.add_subcommand(
+      "ulysses", "Ulysses sequence-parallel attention: the post-attention all-to-all serial (NCCL) or fused into the\n"
+                 "attention epilogue. Starts one process per GPU itself, or runs under torchrun/Slurm.");
+  ulysses->require_subcommand(1);
+  auto args = std::make_shared<UlyssesArgs>();
+  auto common = [&](CLI::App* cmd) {
+    cmd->add_option("--gpus", args->gpus, "local GPUs (ranks) to use (default: all visible)");
+    cmd->add_option("--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)")->delimiter(',');
+    cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
+    cmd->add_option("--out", args->out, "write the results as JSON here");
+  };
+  CLI::App* check = ulysses->add_subcommand("check", "Serial against the fp32 reference of the whole sequence (rel L2 <= 1e-2), and the fused\n"
+                                                     "output bit-identical to the serial one, on awkward shapes; exit 1 on failure.");
+  common(check);
+  check->add_option("--virtual-ranks", args->virtual_ranks, "hold P ranks in this process on one GPU instead (1 to 8)");
+  check->add_option("--seed", args->seed, "input seed (default: fresh, printed)");
+  check->add_option("--launches", args->launches, "fused calls per case and store path, output poisoned before each (default 3)");
+  check->add_flag("--quick", args->quick, "the two smallest shapes only (for compute-sanitizer)");
+  check->callback([args] { spawn_or_run(*args, true); });
+  CLI::App* bench = ulysses->add_subcommand("bench", "FA-only, A2A-only, serial, fused (each store path) and the whole layer, per M, heads\n"
+                                                     "per rank and head dim, with the X-Stage audit's predicted residual beside the measured one.");
+  common(bench);
+  bench->add_option("--seqlens", args->seqlens, "sequence lengths M (whole sequence)")->delimiter(',');
+  bench->add_option("--heads", args->heads_per_rank, "heads per rank (H/P)")->delimiter(',');
+  bench->add_option("--head-dims", args->head_dims, "head dims (64, 128)")->delimiter(',');
+  bench->add_option("--batch", args->batch, "batch (default 1)");
+  bench->add_option("--trials", args->trials, "timed trials per variant (default 10)");
+  bench->add_option("--replays", args->replays, "calls per CUDA graph (default 10)");
+  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first shape (default 1000)");
+  bench->add_option("--platform", args->platform, "platform file for the predictions (default: the shipped H200 calibration)");
+  bench->callback([args] { spawn_or_run(*args, false); });
+}
+
+}  // namespace xstage::cli

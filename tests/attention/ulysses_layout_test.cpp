@@ -1,0 +1,127 @@
+// The Ulysses index math (src/attention/ulysses/layout.hpp) that the fused epilogue, the layer and the
+// virtual-rank tests share: every output row-head lands on exactly one rank at the right place, tiles split
+// by owner, the arrival counts add up, and the destination-interleaved tile order is a permutation.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "attention/tile_scheduler.hpp"
+#include "attention/ulysses/layer.hpp"
+#include "attention/ulysses/layout.hpp"
+#include "common/error.hpp"
+
+namespace xstage::attention {
+namespace {
+
+std::vector<UlyssesShape> shapes() {
+  std::vector<UlyssesShape> out;
+  for (int P : {1, 2, 4, 8})
+    for (int Ms : {1, 37, 128, 200, 384})
+      for (int Hp : {1, 3}) out.push_back(UlyssesShape{2, Ms * P, Hp * P, 128, P});
+  return out;
+}
+
+// Every (rank r, local head h, row m) of the head-sharded outputs goes to one (owner, row, head) of the
+// sequence-sharded outputs, and together they cover every (owner, row < Ms, head < H) exactly once.
+TEST(UlyssesLayout, EveryRowHeadLandsOnceAtItsPlace) {
+  for (const UlyssesShape& s : shapes()) {
+    std::set<std::tuple<int, int, int>> seen;
+    for (int r = 0; r < s.ranks; ++r)
+      for (int h = 0; h < s.local_heads(); ++h)
+        for (int m = 0; m < s.seqlen; ++m) {
+          const int owner = s.owner_of_row(m), row = s.row_in_owner(m), head = s.global_head(r, h);
+          ASSERT_GE(owner, 0);
+          ASSERT_LT(owner, s.ranks);
+          ASSERT_GE(row, 0);
+          ASSERT_LT(row, s.shard_rows());
+          ASSERT_EQ(owner * s.shard_rows() + row, m);
+          ASSERT_TRUE(seen.insert({owner, row, head}).second) << "P=" << s.ranks << " m=" << m << " head " << head << " twice";
+        }
+    EXPECT_EQ(static_cast<long>(seen.size()), static_cast<long>(s.ranks) * s.shard_rows() * s.heads);
+  }
+}
+
+// A tile's segments cover its rows once, in order, each inside one owner; and over every tile of every rank,
+// each rank receives arrivals_per_call() row-heads, what its counter grows by per call.
+TEST(UlyssesLayout, TilesSplitByOwnerAndArrivalsAddUp) {
+  for (const UlyssesShape& s : shapes())
+    for (int b_m : {128, 192}) {
+      std::map<int, long> arrivals;
+      const int m_blocks = (s.seqlen + b_m - 1) / b_m;
+      for (int mb = 0; mb < m_blocks; ++mb) {
+        RowSegment seg[kMaxUlyssesRanks + 2];
+        const int n = tile_segments(s, mb * b_m, b_m, seg, kMaxUlyssesRanks + 2);
+        int next = mb * b_m;
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(seg[i].first, next);
+          EXPECT_GT(seg[i].rows, 0);
+          EXPECT_EQ(s.owner_of_row(seg[i].first), seg[i].rank);
+          EXPECT_EQ(s.owner_of_row(seg[i].first + seg[i].rows - 1), seg[i].rank);
+          if (i > 0) EXPECT_EQ(seg[i].rank, seg[i - 1].rank + 1);
+          next += seg[i].rows;
+          arrivals[seg[i].rank] += static_cast<long>(seg[i].rows) * s.heads * s.batch;  // every head, every batch, all ranks
+        }
+        EXPECT_EQ(next, std::min(mb * b_m + b_m, s.seqlen));
+      }
+      for (int j = 0; j < s.ranks; ++j) EXPECT_EQ(arrivals[j], static_cast<long>(s.arrivals_per_call())) << "rank " << j;
+    }
+}
+
+TEST(UlyssesLayout, StraddlingTilesSplitInTwoOrMore) {
+  const UlyssesShape s{1, 3 * 100, 3, 128, 3};  // Ms = 100 < b_m = 128
+  RowSegment seg[4];
+  ASSERT_EQ(tile_segments(s, 0, 128, seg, 4), 2);
+  EXPECT_EQ(seg[0].rank, 0);
+  EXPECT_EQ(seg[0].rows, 100);
+  EXPECT_EQ(seg[1].rank, 1);
+  EXPECT_EQ(seg[1].rows, 28);
+  ASSERT_EQ(tile_segments(s, 256, 128, seg, 4), 1);  // rows 256..299, the last 44 of rank 2
+  EXPECT_EQ(seg[0].rows, 44);
+  const UlyssesShape tiny{1, 8 * 10, 8, 64, 8};  // Ms = 10: one tile spans every rank
+  EXPECT_EQ(tile_segments(tiny, 0, 128, seg, 4), 4);  // capped by max_out
+}
+
+// The interleaved order is a permutation of each head's m-blocks, and with P ranks consecutive tiles start
+// on different owners wherever the shards hold several m-blocks.
+TEST(UlyssesLayout, DestinationInterleavedOrderIsAPermutation) {
+  for (int P : {1, 2, 4, 8})
+    for (int m_blocks : {1, 2, 7, 64, 96, 512, 513}) {
+      const int stride = destination_interleave_stride(m_blocks, P);
+      EXPECT_EQ(gcd_int(stride, m_blocks), 1);
+      if (P == 1) EXPECT_EQ(stride, 1);
+      StaticPersistentTileScheduler sched{m_blocks, 3, 2, stride};
+      std::set<std::tuple<int, int, int>> seen;
+      for (int t = 0; t < sched.num_tiles(); ++t) {
+        const TileCoord c = sched.coord(t);
+        ASSERT_TRUE(seen.insert({c.m_block, c.head, c.batch}).second);
+        ASSERT_LT(c.m_block, m_blocks);
+      }
+      EXPECT_EQ(static_cast<int>(seen.size()), sched.num_tiles());
+      if (P > 1 && m_blocks >= 8 * P) {
+        const UlyssesShape s{1, m_blocks * 128, P, 128, P};
+        EXPECT_NE(s.owner_of_row(sched.coord(0).m_block * 128), s.owner_of_row(sched.coord(1).m_block * 128)) << "P=" << P;
+      }
+    }
+}
+
+TEST(UlyssesLayout, BadShapesAreRefusedWithTheReason) {
+  auto message = [](const UlyssesShape& s) {
+    try {
+      validate(s);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({1, 1024, 6, 128, 4}).find("H must be a multiple of P"), std::string::npos);
+  EXPECT_NE(message({1, 1023, 8, 128, 4}).find("M must be a multiple of P"), std::string::npos);
+  EXPECT_NE(message({1, 1024, 8, 96, 4}).find("head_dim must be 64 or 128"), std::string::npos);
+  EXPECT_NE(message({1, 1024, 16, 128, 16}).find("1 to 8 ranks"), std::string::npos);
+  EXPECT_EQ(message({3, 1000, 8, 64, 8}), "");  // Ms = 125: tiles straddle ranks, which is handled
+}
+
+}  // namespace
+}  // namespace xstage::attention

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -70,6 +71,27 @@ void require_same_cuda_device(const xstage_tensor& t, const char* name, int32_t 
 // The stride of dimension `dim`, or, where that dimension has size 1 (so its stride is never used), a
 // stride every check accepts: the tensor's element span rounded up to 8 elements.
 int64_t effective_stride(const xstage_tensor& t, int dim);
+
+// Bytes per element of an ABI dtype code (0 for an unknown code).
+int64_t element_bytes(int32_t dtype);
+
+// Elements of `t` (the product of its sizes).
+int64_t element_count(const xstage_tensor& t);
+
+// Throws InputError naming the tensor unless its shape is exactly `dims` (`layout` names the dimensions,
+// e.g. "[tokens, hidden]").
+void require_shape(const xstage_tensor& t, const char* name, std::initializer_list<int64_t> dims, const char* layout);
+
+// Throws InputError naming the tensor unless it is densely packed row-major (contiguous; strides of
+// dimensions of size 1 are not looked at).
+void require_contiguous(const xstage_tensor& t, const char* name);
+
+// Throws InputError unless the tensor's data pointer is a multiple of `bytes` (a tensor without elements
+// passes).
+void require_aligned(const xstage_tensor& t, const char* name, int bytes);
+
+// Throws InputError unless the memory of two contiguous tensors does not overlap.
+void require_disjoint(const xstage_tensor& a, const char* a_name, const xstage_tensor& b, const char* b_name);
 
 // Makes `device` current for the guard's lifetime and restores the caller's device afterwards. Throws
 // PlatformError when CUDA is unusable (no driver, no GPU) or the device does not exist.

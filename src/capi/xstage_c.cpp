@@ -2,6 +2,7 @@
 // arguments and CUDA devices that every operation shares. Operations live one per file (attention.cpp).
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -87,6 +88,65 @@ int64_t effective_stride(const xstage_tensor& t, int dim) {
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] > 1) span += (t.shape[i] - 1) * std::llabs(t.strides[i]);
   return (span + 7) / 8 * 8;
+}
+
+int64_t element_bytes(int32_t dtype) {
+  switch (dtype) {
+    case XSTAGE_DTYPE_BFLOAT16: case XSTAGE_DTYPE_FLOAT16: return 2;
+    case XSTAGE_DTYPE_FLOAT32: case XSTAGE_DTYPE_INT32: return 4;
+    case XSTAGE_DTYPE_FLOAT8_E4M3: case XSTAGE_DTYPE_UINT8: return 1;
+    case XSTAGE_DTYPE_INT64: return 8;
+    default: return 0;
+  }
+}
+
+int64_t element_count(const xstage_tensor& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;
+}
+
+void require_shape(const xstage_tensor& t, const char* name, std::initializer_list<int64_t> dims, const char* layout) {
+  bool same = t.ndim == static_cast<int32_t>(dims.size());
+  int i = 0;
+  std::ostringstream want;
+  want << "[";
+  for (int64_t d : dims) {
+    if (same && t.shape[i] != d) same = false;
+    want << (i ? ", " : "") << d;
+    ++i;
+  }
+  want << "]";
+  require_input(same, std::string(name) + " has shape " + shape_string(t) + "; it must be " + layout + " = " + want.str());
+}
+
+void require_contiguous(const xstage_tensor& t, const char* name) {
+  int64_t expected = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && t.strides[i] != expected) {
+      std::ostringstream os;
+      os << name << " is not contiguous (shape " << shape_string(t) << ", strides [";
+      for (int j = 0; j < t.ndim; ++j) os << (j ? ", " : "") << t.strides[j];
+      os << "]); it must be densely packed row-major";
+      throw InputError(os.str());
+    }
+    expected *= t.shape[i];
+  }
+}
+
+void require_aligned(const xstage_tensor& t, const char* name, int bytes) {
+  if (element_count(t) == 0) return;
+  require_input(t.data != nullptr, std::string(name) + " has a NULL data pointer");
+  require_input(reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(bytes) == 0,
+                std::string(name) + "'s data pointer is not " + std::to_string(bytes) + "-byte aligned");
+}
+
+void require_disjoint(const xstage_tensor& a, const char* a_name, const xstage_tensor& b, const char* b_name) {
+  const auto lo_a = reinterpret_cast<std::uintptr_t>(a.data), lo_b = reinterpret_cast<std::uintptr_t>(b.data);
+  const auto hi_a = lo_a + static_cast<std::uintptr_t>(element_count(a) * element_bytes(a.dtype));
+  const auto hi_b = lo_b + static_cast<std::uintptr_t>(element_count(b) * element_bytes(b.dtype));
+  if (lo_a == hi_a || lo_b == hi_b) return;
+  require_input(hi_a <= lo_b || hi_b <= lo_a, std::string(a_name) + " and " + b_name + " overlap in memory");
 }
 
 DeviceGuard::DeviceGuard(int32_t device) : device_(device) {

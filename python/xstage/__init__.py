@@ -3,6 +3,12 @@
     import xstage
     out = xstage.flash_attention(q, k, v)        # [batch, seqlen, heads, head_dim] bf16, head_dim 64/128
 
+    xstage.distributed.init()                    # once per process group (torchrun + NCCL), collective
+    out = xstage.ulysses_attention(q, k, v)      # sequence-parallel: [batch, seqlen/P, heads, head_dim] per rank
+    w = xstage.moe_pack_weights(w1, w2)          # once: this rank's experts in the layer's format
+    y = xstage.moe(x, topk_ids, topk_weights, w.w1, w.w2)   # expert-parallel MoE layer
+    moe = xstage.nn.MoE.from_weights(w1, w2, top_k=8)        # the same as a module
+
 The kernels live in libxstage_c.so, a plain C library loaded with ctypes (see _capi.py and docs/PYTHON.md),
 so one build works under any Python 3 and PyTorch version. Importing xstage needs neither a GPU nor the
 library; the library is loaded on the first call.
@@ -21,7 +27,10 @@ from ._capi import (
     library_version,
     load_library,
 )
+from . import distributed, nn
 from .attention import flash_attention
+from .moe import MoeWeights, moe, moe_pack_weights
+from .ulysses import ulysses_attention
 
 __version__ = "0.1.0"
 
@@ -32,11 +41,17 @@ __all__ = [
     "XstageError",
     "abi_version",
     "check_device",
+    "distributed",
     "flash_attention",
     "is_available",
     "library_path",
     "library_version",
     "load_library",
+    "moe",
+    "moe_pack_weights",
+    "MoeWeights",
+    "nn",
+    "ulysses_attention",
 ]
 
 

@@ -3,7 +3,10 @@
 The library is found at, in this order:
   1. the path in the environment variable XSTAGE_C_LIBRARY, if it is set;
   2. libxstage_c.so in this package's folder (where `pip install .` puts it).
-It is loaded on first use (not at import), once per process.
+It is loaded on first use (not at import), once per process. It needs NCCL (libnccl.so.2, 2.28): in a process
+that has imported a CUDA build of torch, torch has loaded it already and the library uses that copy; else it is
+preloaded from XSTAGE_NCCL_LIBRARY if set, else from the nvidia-nccl wheel's folder (nvidia/nccl/lib) if that
+package is installed, else the dynamic loader looks for it (LD_LIBRARY_PATH, ldconfig).
 
 Every C function returns a status; a non-zero one is raised here as InputError (2, a ValueError: fix the
 arguments), PlatformError (3, a RuntimeError: the machine cannot run it) or XstageError (1), with the
@@ -13,6 +16,7 @@ library's message, which names the argument and the problem.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import threading
 
@@ -36,6 +40,14 @@ DEVICE_CPU = -1
 
 LIBRARY_NAME = "libxstage_c.so"
 LIBRARY_ENV = "XSTAGE_C_LIBRARY"
+NCCL_SONAME = "libnccl.so.2"
+NCCL_ENV = "XSTAGE_NCCL_LIBRARY"
+
+COMM_UNIQUE_ID_BYTES = 128
+A2A_STORE_TMA = 0
+A2A_STORE_ST_GLOBAL = 1
+MOE_SCHEDULE_INTERLEAVED = 0
+MOE_SCHEDULE_EXPERT_WAVE = 1
 
 
 class XstageError(RuntimeError):
@@ -65,6 +77,29 @@ class Tensor(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("device", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
+    ]
+
+
+class MoeConfig(ctypes.Structure):
+    """xstage_moe_config (xstage_c.h): the MoE layer's problem and options; zero fields take the defaults."""
+
+    _fields_ = [
+        ("experts", ctypes.c_int32),
+        ("top_k", ctypes.c_int32),
+        ("hidden", ctypes.c_int32),
+        ("inter", ctypes.c_int32),
+        ("max_tokens", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("tile_n", ctypes.c_int32),
+        ("schedule", ctypes.c_int32),
+        ("wave_lag", ctypes.c_int32),
+        ("wave_experts", ctypes.c_int32),
+        ("lead_rows", ctypes.c_int32),
+        ("cluster_n", ctypes.c_int32),
+        ("cluster_m", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("capacity_slack", ctypes.c_double),
+        ("timeout_s", ctypes.c_double),
     ]
 
 
@@ -112,6 +147,68 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xstage_check_device.restype = ctypes.c_int
     lib.xstage_flash_attention_forward.argtypes = [tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
     lib.xstage_flash_attention_forward.restype = ctypes.c_int
+    h, i32, vp = ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p
+    i32p, hp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)
+    cp = ctypes.POINTER(MoeConfig)
+    signatures = {
+        "xstage_comm_unique_id": [ctypes.c_char_p],
+        "xstage_comm_create": [ctypes.c_char_p, i32, i32, i32, hp],
+        "xstage_comm_info": [h, i32p, i32p, i32p, i32p],
+        "xstage_comm_barrier": [h],
+        "xstage_comm_destroy": [h],
+        "xstage_ulysses_check_shape": [i32, i32, i32, i32, i32],
+        "xstage_ulysses_create": [h, i32, i32, i32, i32, i32, ctypes.c_double, hp],
+        "xstage_ulysses_forward": [h, tp, tp, tp, tp, i32, vp],
+        "xstage_ulysses_poll": [h],
+        "xstage_ulysses_destroy": [h],
+        "xstage_moe_default_tile_n": [i32, i32, i32, i32p],
+        "xstage_moe_check_config": [cp, i32],
+        "xstage_moe_create": [h, cp, hp],
+        "xstage_moe_forward": [h, tp, tp, tp, tp, tp, tp, tp, tp, vp],
+        "xstage_moe_poll": [h],
+        "xstage_moe_destroy": [h],
+        "xstage_moe_pack_w1": [tp, tp, i32, vp],
+        "xstage_moe_quantize_weights_fp8": [tp, tp, tp, vp],
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    lib.xstage_moe_config_struct_size.argtypes = []
+    lib.xstage_moe_config_struct_size.restype = ctypes.c_size_t
+
+
+def _nccl_in_process() -> bool:
+    """Whether a libnccl.so is mapped into this process already (torch's, typically)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libnccl.so" in line for line in maps)
+    except OSError:
+        return False
+
+
+def _preload_nccl() -> str | None:
+    """Loads libnccl.so.2 with RTLD_GLOBAL where the dynamic loader would not find the right one by itself
+    (see the module docstring); returns the path it loaded, or None. Raises LibraryError for a bad
+    XSTAGE_NCCL_LIBRARY."""
+    path = os.environ.get(NCCL_ENV)
+    if not path:
+        if _nccl_in_process():
+            return None
+        try:
+            spec = importlib.util.find_spec("nvidia.nccl")
+        except (ImportError, ValueError):
+            spec = None
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        candidates = [os.path.join(f, "lib", NCCL_SONAME) for f in folders]
+        path = next((c for c in candidates if os.path.isfile(c)), None)
+        if path is None:
+            return None
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise LibraryError(f"cannot load NCCL from {path} ({NCCL_ENV} or the nvidia-nccl package): {e}") from None
+    return path
 
 
 def load_library() -> ctypes.CDLL:
@@ -133,10 +230,18 @@ def load_library() -> ctypes.CDLL:
                 f"`pip install .` from an xstage checkout, or build the library "
                 f"(cmake --build <build dir> --target xstage_c) and set {LIBRARY_ENV}=<build dir>/{LIBRARY_NAME}"
             )
+        _preload_nccl()
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            raise LibraryError(f"cannot load xstage's C library {path}: {e}") from None
+            hint = ""
+            if NCCL_SONAME in str(e):
+                hint = (
+                    f" (it needs NCCL 2.28: import torch first (a CUDA build loads its NCCL), install the "
+                    f"nvidia-nccl-cu13 wheel, add the folder of {NCCL_SONAME} to LD_LIBRARY_PATH, or set "
+                    f"{NCCL_ENV}=/path/to/{NCCL_SONAME})"
+                )
+            raise LibraryError(f"cannot load xstage's C library {path}: {e}{hint}") from None
         try:
             _declare(lib)
         except AttributeError as e:
@@ -151,6 +256,11 @@ def load_library() -> ctypes.CDLL:
         if size != ctypes.sizeof(Tensor):
             raise LibraryError(
                 f"{path}: sizeof(xstage_tensor) is {size} bytes, the binding's is {ctypes.sizeof(Tensor)}"
+            )
+        size = lib.xstage_moe_config_struct_size()
+        if size != ctypes.sizeof(MoeConfig):
+            raise LibraryError(
+                f"{path}: sizeof(xstage_moe_config) is {size} bytes, the binding's is {ctypes.sizeof(MoeConfig)}"
             )
         _lib, _lib_path = lib, path
         return lib
@@ -196,3 +306,129 @@ def flash_attention_forward(
         ctypes.c_void_p(stream or None),
     )
     _raise_for(lib, status)
+
+
+def _call(name: str, *args) -> None:
+    lib = load_library()
+    _raise_for(lib, getattr(lib, name)(*args))
+
+
+def _ref(t: Tensor | None):
+    return ctypes.byref(t) if t is not None else None
+
+
+def _stream(stream: int):
+    return ctypes.c_void_p(stream or None)
+
+
+# --- communicator -----------------------------------------------------------------------------------------
+
+
+def comm_unique_id() -> bytes:
+    """A new NCCL unique id (128 bytes) for xstage_comm_create; one rank makes it and hands it to all."""
+    buf = ctypes.create_string_buffer(COMM_UNIQUE_ID_BYTES)
+    _call("xstage_comm_unique_id", buf)
+    return buf.raw
+
+
+def comm_create(unique_id: bytes, rank: int, world_size: int, device: int) -> int:
+    """Collective: returns the communicator handle (an address)."""
+    if len(unique_id) != COMM_UNIQUE_ID_BYTES:
+        raise InputError(f"the NCCL unique id has {len(unique_id)} bytes; it must have {COMM_UNIQUE_ID_BYTES}")
+    out = ctypes.c_void_p()
+    _call("xstage_comm_create", bytes(unique_id), int(rank), int(world_size), int(device), ctypes.byref(out))
+    return out.value
+
+
+def comm_info(handle: int) -> tuple[int, int, int, int]:
+    """(rank, world_size, device, lsa_size) of a communicator."""
+    vals = [ctypes.c_int32() for _ in range(4)]
+    _call("xstage_comm_info", ctypes.c_void_p(handle), *(ctypes.byref(v) for v in vals))
+    return tuple(v.value for v in vals)
+
+
+def comm_barrier(handle: int) -> None:
+    _call("xstage_comm_barrier", ctypes.c_void_p(handle))
+
+
+def comm_destroy(handle: int) -> None:
+    _call("xstage_comm_destroy", ctypes.c_void_p(handle))
+
+
+# --- Ulysses attention ------------------------------------------------------------------------------------
+
+
+def ulysses_check_shape(batch: int, seqlen: int, heads: int, head_dim: int, ranks: int) -> None:
+    _call("xstage_ulysses_check_shape", int(batch), int(seqlen), int(heads), int(head_dim), int(ranks))
+
+
+def ulysses_create(comm: int, batch: int, seqlen: int, heads: int, head_dim: int, store_path: int, timeout_s: float) -> int:
+    out = ctypes.c_void_p()
+    _call(
+        "xstage_ulysses_create",
+        ctypes.c_void_p(comm),
+        int(batch),
+        int(seqlen),
+        int(heads),
+        int(head_dim),
+        int(store_path),
+        float(timeout_s),
+        ctypes.byref(out),
+    )
+    return out.value
+
+
+def ulysses_forward(layer: int, q: Tensor, k: Tensor, v: Tensor, out: Tensor, fused: bool, stream: int) -> None:
+    _call("xstage_ulysses_forward", ctypes.c_void_p(layer), _ref(q), _ref(k), _ref(v), _ref(out), int(bool(fused)), _stream(stream))
+
+
+def ulysses_poll(layer: int) -> None:
+    _call("xstage_ulysses_poll", ctypes.c_void_p(layer))
+
+
+def ulysses_destroy(layer: int) -> None:
+    _call("xstage_ulysses_destroy", ctypes.c_void_p(layer))
+
+
+# --- MoE --------------------------------------------------------------------------------------------------
+
+
+def moe_default_tile_n(dtype: int, hidden: int, inter: int) -> int:
+    out = ctypes.c_int32()
+    _call("xstage_moe_default_tile_n", int(dtype), int(hidden), int(inter), ctypes.byref(out))
+    return out.value
+
+
+def moe_check_config(config: MoeConfig, ranks: int) -> None:
+    _call("xstage_moe_check_config", ctypes.byref(config), int(ranks))
+
+
+def moe_create(comm: int, config: MoeConfig) -> int:
+    out = ctypes.c_void_p()
+    _call("xstage_moe_create", ctypes.c_void_p(comm), ctypes.byref(config), ctypes.byref(out))
+    return out.value
+
+
+def moe_forward(layer: int, tokens, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, out, stream: int) -> None:
+    _call(
+        "xstage_moe_forward",
+        ctypes.c_void_p(layer),
+        *(_ref(t) for t in (tokens, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, out)),
+        _stream(stream),
+    )
+
+
+def moe_poll(layer: int) -> None:
+    _call("xstage_moe_poll", ctypes.c_void_p(layer))
+
+
+def moe_destroy(layer: int) -> None:
+    _call("xstage_moe_destroy", ctypes.c_void_p(layer))
+
+
+def moe_pack_w1(logical: Tensor, packed: Tensor, tile_n: int, stream: int) -> None:
+    _call("xstage_moe_pack_w1", _ref(logical), _ref(packed), int(tile_n), _stream(stream))
+
+
+def moe_quantize_weights_fp8(w: Tensor, codes: Tensor, scales: Tensor, stream: int) -> None:
+    _call("xstage_moe_quantize_weights_fp8", _ref(w), _ref(codes), _ref(scales), _stream(stream))

@@ -12,33 +12,14 @@ from typing import Tuple
 
 import torch
 
-from . import _capi
+from . import _capi, _tensors
 
 __all__ = ["flash_attention"]
 
 _OP_NAME = "xstage::flash_attention"
 _HEAD_DIMS = (64, 128)
 
-_DTYPE_CODES = {
-    torch.bfloat16: _capi.DTYPE_BFLOAT16,
-    torch.float16: _capi.DTYPE_FLOAT16,
-    torch.float32: _capi.DTYPE_FLOAT32,
-    torch.int32: _capi.DTYPE_INT32,
-    torch.int64: _capi.DTYPE_INT64,
-    torch.uint8: _capi.DTYPE_UINT8,
-}
-if hasattr(torch, "float8_e4m3fn"):
-    _DTYPE_CODES[torch.float8_e4m3fn] = _capi.DTYPE_FLOAT8_E4M3
-
-
-def _c_tensor(t: torch.Tensor) -> _capi.Tensor:
-    return _capi.make_tensor(
-        t.data_ptr(),
-        t.shape,
-        t.stride(),
-        _DTYPE_CODES.get(t.dtype, 0),
-        t.device.index if t.device.type == "cuda" else _capi.DEVICE_CPU,
-    )
+_c_tensor = _tensors.c_tensor
 
 
 def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
@@ -121,7 +102,7 @@ def _flash_attention_op(
     b, m, h, d = q.shape
     out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, m) if return_lse else (0,), dtype=torch.float32, device=q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = _tensors.current_stream(q.device)
     _capi.flash_attention_forward(
         _c_tensor(q),
         _c_tensor(k),

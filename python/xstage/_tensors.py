@@ -1,0 +1,73 @@
+"""torch.Tensor <-> the C ABI's xstage_tensor, and the argument checks the operators share (they run on real,
+fake and meta tensors alike: metadata only)."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _capi
+
+DTYPE_CODES = {
+    torch.bfloat16: _capi.DTYPE_BFLOAT16,
+    torch.float16: _capi.DTYPE_FLOAT16,
+    torch.float32: _capi.DTYPE_FLOAT32,
+    torch.int32: _capi.DTYPE_INT32,
+    torch.int64: _capi.DTYPE_INT64,
+    torch.uint8: _capi.DTYPE_UINT8,
+}
+FLOAT8 = getattr(torch, "float8_e4m3fn", None)
+if FLOAT8 is not None:
+    DTYPE_CODES[FLOAT8] = _capi.DTYPE_FLOAT8_E4M3
+
+
+def c_tensor(t: torch.Tensor) -> _capi.Tensor:
+    """The xstage_tensor of a torch tensor (pointer, shape, strides in elements, dtype code, device)."""
+    return _capi.make_tensor(
+        t.data_ptr(),
+        t.shape,
+        t.stride(),
+        DTYPE_CODES.get(t.dtype, 0),
+        t.device.index if t.device.type == "cuda" else _capi.DEVICE_CPU,
+    )
+
+
+def current_stream(device: torch.device) -> int:
+    """The cudaStream_t of torch's current stream on `device`, as an int."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def require_tensors(op: str, named: dict) -> None:
+    """TypeError unless every value is a torch.Tensor."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def require_dtype(op: str, name: str, t: torch.Tensor, dtypes, hint: str) -> None:
+    if t.dtype not in dtypes:
+        want = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{op}: {name} has dtype {t.dtype}; it must be {want}{hint}")
+
+
+def require_cuda(op: str, named: dict, *, fake: bool, first: str) -> None:
+    """ValueError unless every tensor is a CUDA tensor (or, in a fake implementation, a meta tensor) on the
+    device of `named[first]`."""
+    ref = named[first]
+    for name, t in named.items():
+        dev = t.device.type
+        if dev != "cuda" and not (fake and dev == "meta"):
+            hint = "" if torch.cuda.is_available() else " (and this PyTorch sees no CUDA GPU)"
+            raise ValueError(
+                f"{op}: {name} is a {dev} tensor; {op} runs on CUDA tensors of a Hopper (sm_90) GPU{hint}"
+            )
+        if t.device != ref.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but {first} is on {ref.device}; all tensors must be on one device")
+
+
+def require_contiguous(op: str, named: dict) -> None:
+    for name, t in named.items():
+        if not t.is_contiguous():
+            raise ValueError(
+                f"{op}: {name} (shape {tuple(t.shape)}, strides {tuple(t.stride())}) is not contiguous; "
+                f"it must be densely packed row-major: pass {name}.contiguous()"
+            )

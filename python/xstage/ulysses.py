@@ -1,0 +1,112 @@
+"""xstage.ulysses_attention: Ulysses sequence-parallel attention over a process group, as a PyTorch operator.
+
+Each rank holds its shard of the sequence, q, k, v [batch, seqlen/P, heads, head_dim] bf16, and gets the
+same shard of the attention output over the whole sequence: the pre-attention all-to-all (to all rows of
+heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back (fused: inside the
+attention kernel's epilogue, straight into the owners' NVLink windows). Registered as
+torch.ops.xstage.ulysses_attention (torch.library.custom_op, with a fake implementation that needs no
+communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
+graphs take it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _capi, _tensors, distributed
+
+__all__ = ["ulysses_attention"]
+
+_OP = "xstage.ulysses_attention"
+_HEAD_DIMS = (64, 128)
+_STORE_PATHS = {"tma": _capi.A2A_STORE_TMA, "st_global": _capi.A2A_STORE_ST_GLOBAL}
+
+
+def _check_inputs(q, k, v, world_size, store_path, *, fake: bool) -> None:
+    named = {"q": q, "k": k, "v": v}
+    _tensors.require_tensors(_OP, named)
+    for name, t in named.items():
+        _tensors.require_dtype(_OP, name, t, (torch.bfloat16,), " (convert with .to(torch.bfloat16))")
+    _tensors.require_cuda(_OP, named, fake=fake, first="q")
+    for name, t in named.items():
+        if t.dim() != 4:
+            raise ValueError(
+                f"{_OP}: {name} must be 4-D [batch, seqlen/P, heads, head_dim] (this rank's shard of the sequence); "
+                f"got shape {tuple(t.shape)}"
+            )
+    if k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(
+            f"{_OP}: q, k and v must have one shape (self-attention over one sequence); got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    b, ms, h, d = q.shape
+    if d not in _HEAD_DIMS:
+        raise ValueError(f"{_OP}: head_dim is {d} (q shape {tuple(q.shape)}); the kernels are built for head_dim 64 and 128")
+    if b == 0 or ms == 0 or h == 0:
+        raise ValueError(f"{_OP}: empty attention (q shape {tuple(q.shape)}); batch, seqlen/P and heads must be >= 1")
+    _tensors.require_contiguous(_OP, named)
+    if world_size is not None and h % world_size != 0:
+        raise ValueError(
+            f"{_OP}: {h} heads cannot be split over the group's {world_size} ranks; Ulysses gives each rank "
+            f"heads/P whole heads, so heads must be a multiple of the group size"
+        )
+    if store_path not in _STORE_PATHS:
+        raise ValueError(f"{_OP}: store_path is {store_path!r}; it must be one of {sorted(_STORE_PATHS)}")
+
+
+@torch.library.custom_op("xstage::ulysses_attention", mutates_args=())
+def _ulysses_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: str, fused: bool, store_path: str, timeout_s: float
+) -> torch.Tensor:
+    _check_inputs(q, k, v, None, store_path, fake=False)
+    comm = distributed.communicator_for_key(group, _OP)
+    _check_inputs(q, k, v, comm.world_size, store_path, fake=False)
+    if q.device.index != comm.device:
+        raise ValueError(
+            f"{_OP}: the tensors are on {q.device} but this rank's xstage communicator is on cuda:{comm.device} "
+            f"(the current device when xstage.distributed.init ran)"
+        )
+    b, ms, h, d = q.shape
+    seqlen = ms * comm.world_size
+    layer = comm.layer(
+        ("ulysses", b, seqlen, h, d, store_path, float(timeout_s)),
+        lambda: _capi.ulysses_create(comm.handle, b, seqlen, h, d, _STORE_PATHS[store_path], timeout_s),
+    )
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    c = _tensors.c_tensor
+    _capi.ulysses_forward(layer, c(q), c(k), c(v), c(out), fused, _tensors.current_stream(q.device))
+    return out
+
+
+@_ulysses_op.register_fake
+def _ulysses_fake(q, k, v, group, fused, store_path, timeout_s):
+    _check_inputs(q, k, v, distributed.world_size_for_key(group), store_path, fake=True)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def ulysses_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group=None,
+    fused: bool = True,
+    store_path: str = "tma",
+    timeout_s: float = 10.0,
+) -> torch.Tensor:
+    """Full (non-causal) self-attention over a sequence sharded across the ranks of `group`.
+
+    q, k, v: this rank's rows of the sequence, [batch, seqlen/P, heads, head_dim] torch.bfloat16, contiguous,
+    on this rank's GPU (a Hopper GPU; P = the group's size; rank r holds rows [r*seqlen/P, (r+1)*seqlen/P)).
+    heads must be a multiple of P; head_dim 64 or 128; softmax scale 1/sqrt(head_dim). Returns out, the
+    same shard of softmax(q k^T / sqrt(d)) v over the whole sequence, [batch, seqlen/P, heads, head_dim] bf16.
+
+    group: a torch.distributed process group for which xstage.distributed.init(group) was called (default:
+    the default group). fused: the post-attention all-to-all inside the attention kernel (True) or the
+    serial path (NCCL all-to-all, attention, NCCL all-to-all); the same on every rank. store_path: how the
+    fused epilogue stores to peers ("tma" or "st_global"). timeout_s: every device-side wait gives up after
+    it (a failure surfaces through xstage.distributed.poll() or the next call).
+
+    Collective: every rank calls it with the same shapes and options. The first call for a shape builds the
+    layer (buffers, symmetric windows; blocks the host): warm up before CUDA-graph capture.
+    """
+    return _ulysses_op(q, k, v, distributed.group_key(group), bool(fused), store_path, float(timeout_s))

@@ -70,6 +70,7 @@ def test_library_versions(c_library):
     assert xstage.library_version() == xstage.__version__
     assert c_library.xstage_tensor_struct_size() == ctypes.sizeof(_capi.Tensor) == 152
     assert c_library.xstage_last_error() == b""
+    assert c_library.xstage_moe_config_struct_size() == ctypes.sizeof(_capi.MoeConfig) == 72
 
 
 def test_check_device_without_gpu(c_library):
@@ -93,6 +94,10 @@ def test_library_needs_no_cuda_runtime(c_library):
     needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
     assert needed, out
     assert not [lib for lib in needed if "cudart" in lib or "libcuda" in lib or "torch" in lib or "python" in lib], needed
+    # NCCL (dynamic: torch's copy in a torch process) and the C/C++ runtime; no cuBLAS (--as-needed: only the
+    # MoE library's unfused baseline calls it, and it is not linked in).
+    allowed = {"libnccl.so.2", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6", "ld-linux-x86-64.so.2"}
+    assert set(needed) <= allowed, needed
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
@@ -106,5 +111,62 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_last_error",
         "xstage_check_device",
         "xstage_flash_attention_forward",
+        "xstage_comm_unique_id",
+        "xstage_comm_create",
+        "xstage_comm_info",
+        "xstage_comm_barrier",
+        "xstage_comm_destroy",
+        "xstage_ulysses_check_shape",
+        "xstage_ulysses_create",
+        "xstage_ulysses_forward",
+        "xstage_ulysses_poll",
+        "xstage_ulysses_destroy",
+        "xstage_moe_config_struct_size",
+        "xstage_moe_default_tile_n",
+        "xstage_moe_check_config",
+        "xstage_moe_create",
+        "xstage_moe_forward",
+        "xstage_moe_poll",
+        "xstage_moe_destroy",
+        "xstage_moe_pack_w1",
+        "xstage_moe_quantize_weights_fp8",
     }
     assert not [line for line in out.stdout.splitlines() if " cuda" in line.lower()]
+
+
+def test_nccl_preload_from_environment(monkeypatch):
+    """XSTAGE_NCCL_LIBRARY names the libnccl.so.2 to preload; a bad one is a LibraryError naming it."""
+    monkeypatch.setenv("XSTAGE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
+    with pytest.raises(xstage.LibraryError, match=r"cannot load NCCL from /nonexistent/libnccl.so.2"):
+        _capi._preload_nccl()
+
+
+def test_nccl_preload_from_the_nvidia_nccl_wheel(monkeypatch, tmp_path):
+    """Outside a torch process (no NCCL mapped yet) the nvidia-nccl wheel's library is preferred."""
+    import importlib.machinery
+
+    lib = tmp_path / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"not an ELF file")
+    spec = importlib.machinery.ModuleSpec("nvidia.nccl", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path / "nccl")]
+    monkeypatch.delenv("XSTAGE_NCCL_LIBRARY", raising=False)
+    monkeypatch.setattr(_capi, "_nccl_in_process", lambda: False)
+    monkeypatch.setattr(_capi.importlib.util, "find_spec", lambda name: spec if name == "nvidia.nccl" else None)
+    with pytest.raises(xstage.LibraryError, match=rf"cannot load NCCL from {lib}/libnccl.so.2"):
+        _capi._preload_nccl()
+    monkeypatch.setattr(_capi, "_nccl_in_process", lambda: True)  # torch has loaded one: it is used as it is
+    assert _capi._preload_nccl() is None
+    monkeypatch.setattr(_capi, "_nccl_in_process", lambda: False)
+    monkeypatch.setattr(_capi.importlib.util, "find_spec", lambda name: None)  # no wheel: the loader's search
+    assert _capi._preload_nccl() is None
+
+
+def test_importing_xstage_defines_every_op():
+    import torch
+
+    for name in ("flash_attention", "ulysses_attention", "moe"):
+        assert hasattr(torch.ops.xstage, name)
+    assert callable(xstage.distributed.init) and callable(xstage.distributed.teardown)
+    assert not xstage.distributed.is_initialized()
+    assert issubclass(xstage.nn.MoE, torch.nn.Module)

@@ -5,9 +5,10 @@
 //
 // Two store paths (comm/device/remote_store.cuh), chosen by the template argument:
 //   A2AStorePath::tma        registers -> shared memory (stmatrix, as the plain epilogue) -> one TMA tensor
-//                            store per destination rank; a tile straddling two ranks is two stores of the same
-//                            staging, each clipped by the TMA unit to its rank's rows; one thread issues them and
-//                            the warps go on at once (the staging stays busy until the data is at the peer);
+//                            store into the rank that owns the tile's first row, clipped by the TMA unit to that
+//                            rank's rows; one thread issues it and the warps go on at once (the staging stays
+//                            busy until the data is at the peer); the rows of a tile that straddles into the next
+//                            rank go by 16-byte stores (a TMA store takes no negative coordinate);
 //   A2AStorePath::st_global  the same staging, then every consumer thread stores 16-byte pieces to the owners:
 //                            the warps stall while the X-Stage back-pressures.
 //
@@ -101,6 +102,27 @@ struct EpilogueAllToAll {
     }
   }
 
+  // Rows [r_begin, b_m) of the staged tile (sequence rows m0 + r, those past M skipped) to their owners' windows
+  // by 16-byte stores, d/8 pieces per row strided over the consumer threads.
+  template <class SmemTensor>
+  CUTE_DEVICE static void store_rows_st_global(Params const& params, SmemTensor const& sO, int m0, int r_begin, int parity_batch,
+                                               int head, int thread_idx) {
+    const UlyssesShape& s = params.dst.shape;
+    constexpr int kPiecesPerRow = kHeadDim / 8;
+    const std::int64_t row_pitch = static_cast<std::int64_t>(s.heads) * kHeadDim;  // elements
+    for (int piece = r_begin * kPiecesPerRow + thread_idx; piece < kBlockM * kPiecesPerRow; piece += kThreads) {
+      const int r = piece / kPiecesPerRow, c = (piece % kPiecesPerRow) * 8;
+      const int m = m0 + r;
+      if (m >= s.seqlen) break;  // rows only grow with piece
+      const int j = s.owner_of_row(m);
+      const uint4 v = *reinterpret_cast<const uint4*>(&sO(r, c));
+      Element* base = static_cast<Element*>(params.dst.window[j]);
+      const std::int64_t offset =
+          (static_cast<std::int64_t>(parity_batch) * s.shard_rows() + s.row_in_owner(m)) * row_pitch + static_cast<std::int64_t>(head) * kHeadDim + c;
+      *reinterpret_cast<uint4*>(base + offset) = v;
+    }
+  }
+
   template <class FragO, int kRows>
   CUTE_DEVICE static void store(Params const& params, SharedStorage& smem, FragO const& tOrO, float const (&lse)[kRows],
                                 TileCoord tile, int thread_idx) {
@@ -135,45 +157,33 @@ struct EpilogueAllToAll {
       for (int i = 0; i < segments; ++i) smem.rows_to[seg[i].rank] += static_cast<std::uint32_t>(seg[i].rows);
 
     if constexpr (kPath == A2AStorePath::tma) {
+      // The first segment by one TMA store into its rank's window, at row m0 - j·Ms >= 0: the TMA unit writes only
+      // the rows inside [0, Ms) of rank j. A segment that starts inside the tile (the tile straddles a rank
+      // boundary) would need a negative box coordinate, which a TMA store does not take (illegal instruction on
+      // H200): those rows go by 16-byte stores from the same staging, from every consumer thread.
       if (thread_idx == 0) {
-        for (int i = 0; i < segments; ++i) {
-          const int j = seg[i].rank;
-          // Rank j's rows start at sequence row j·Ms: the box at row m0 - j·Ms (negative for a tile that starts
-          // on the rank before); the TMA unit writes only rows inside [0, Ms) of rank j.
-          Tensor mO = params.tma_o[j].get_tma_tensor(make_shape(s.shard_rows(), int(kHeadDim), s.heads, 2 * s.batch));
-          Tensor mOj = domain_offset(make_coord(-j * s.shard_rows(), _0{}), mO(_, _, head, parity_batch));
-          Tensor gO = local_tile(mOj, TileShapeO{}, make_coord(tile.m_block, _0{}));
-          auto [tOgO, tOsO] = tma_partition(params.tma_o[j], _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
-          copy(params.tma_o[j], tOsO, tOgO);
-        }
+        const int j = seg[0].rank;
+        Tensor mO = params.tma_o[j].get_tma_tensor(make_shape(s.shard_rows(), int(kHeadDim), s.heads, 2 * s.batch));
+        Tensor gO = local_tile(mO(_, _, head, parity_batch), TileShapeO{}, make_coord(0, _0{}));
+        Tensor gOj = domain_offset(make_coord(m0 - j * s.shard_rows(), _0{}), gO);
+        auto [tOgO, tOsO] = tma_partition(params.tma_o[j], _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gOj));
+        copy(params.tma_o[j], tOsO, tOgO);
         tma_store_arrive();
       }
+      if (segments > 1) store_rows_st_global(params, sO, m0, seg[1].first - m0, parity_batch, head, thread_idx);
     } else {
-      // 16-byte pieces of the staged tile (d/8 per row), strided over the consumer threads; rows past M skipped.
-      constexpr int kPiecesPerRow = kHeadDim / 8;
-      const std::int64_t row_pitch = static_cast<std::int64_t>(s.heads) * kHeadDim;  // elements
-      for (int piece = thread_idx; piece < kBlockM * kPiecesPerRow; piece += kThreads) {
-        const int r = piece / kPiecesPerRow, c = (piece % kPiecesPerRow) * 8;
-        const int m = m0 + r;
-        if (m >= s.seqlen) continue;
-        const int j = s.owner_of_row(m);
-        const uint4 v = *reinterpret_cast<const uint4*>(&sO(r, c));
-        Element* base = static_cast<Element*>(params.dst.window[j]);
-        const std::int64_t offset =
-            (static_cast<std::int64_t>(parity_batch) * s.shard_rows() + s.row_in_owner(m)) * row_pitch + static_cast<std::int64_t>(head) * kHeadDim + c;
-        *reinterpret_cast<uint4*>(base + offset) = v;
-      }
+      store_rows_st_global(params, sO, m0, 0, parity_batch, head, thread_idx);
     }
     (void)lse;
   }
 
   // After the last tile, all consumer threads.
   CUTE_DEVICE static void finish(Params const& params, SharedStorage& smem, int thread_idx) {
-    if constexpr (kPath == A2AStorePath::tma) {
-      if (thread_idx == 0) cute::tma_store_wait<0>();  // every bulk store written, at the peers too
-    } else {
-      __threadfence_system();  // this thread's stores, before the counts
-    }
+    // Every bulk store written, at the peers too (wait_group, not wait_group.read: the staging is not enough),
+    // and this thread's 16-byte stores, before the counts.
+    if constexpr (kPath == A2AStorePath::tma)
+      if (thread_idx == 0) comm::bulk_wait_all();
+    __threadfence_system();
     cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
     if (thread_idx != 0) return;
     const AllToAllDestinations& d = params.dst;

@@ -134,7 +134,8 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
   const std::int64_t full_elems = static_cast<std::int64_t>(s.batch) * s.seqlen * s.heads * s.head_dim;
   const std::int64_t shard_elems = full_elems / P;
   // The whole sequence, the same on every rank (seeded), and its fp32 reference.
-  DeviceBuffer q(full_elems * 2), k(full_elems * 2), v(full_elems * 2), ref(full_elems * 4);
+  DeviceBuffer q(full_elems * 2), k(full_elems * 2), v(full_elems * 2), ref(full_elems * 4),
+      ref_lse(static_cast<std::size_t>(s.batch) * s.heads * s.seqlen * 4);
   attention::fill_uniform_bf16(q.get(), full_elems, seed, -1.f, 1.f, stream);
   attention::fill_uniform_bf16(k.get(), full_elems, seed + 1, -1.f, 1.f, stream);
   attention::fill_uniform_bf16(v.get(), full_elems, seed + 2, -1.f, 1.f, stream);
@@ -148,7 +149,7 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
   full.q = q.get();
   full.k = k.get();
   full.v = v.get();
-  attention::reference_attention_gpu(full, ref.get<float>(), nullptr, stream);
+  attention::reference_attention_gpu(full, ref.get<float>(), ref_lse.get<float>(), stream);
 
   attention::UlyssesOptions opt;
   opt.timeout_s = args.device_timeout_s;

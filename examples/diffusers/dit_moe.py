@@ -251,7 +251,8 @@ def main(argv=None):
 
             if not xstage.distributed.is_initialized():
                 xstage.distributed.init()
-            swapped = HiDreamImageTransformer2DModel(**config).to(device=device)  # same structure; weights from model
+            with torch.device(device):
+                swapped = HiDreamImageTransformer2DModel(**config)  # same structure; the weights from model
             swapped.load_state_dict(model.state_dict())
             swapped.eval().requires_grad_(False).to(torch.bfloat16)
             dtype = torch.float8_e4m3fn if path == "xstage-fp8" else torch.bfloat16

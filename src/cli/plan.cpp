@@ -89,6 +89,7 @@ struct AttentionOptions {
   double tflops = 0.0;
   std::vector<std::int64_t> seq_lens;
   long heads = 1, batch = 1;
+  long ranks = 0;  // Ulysses P; 0: every output row leaves the rank (the paper's worst case)
   std::string t_qk, t_lat = "1us";
   long sms = 0;
 };
@@ -524,6 +525,10 @@ AttentionKernel validate_attention(const AttentionOptions& o, int default_sms) {
   k.T_lat_ns = non_negative_time(o.t_lat, "--t-lat");
   k.heads = checked_int(o.heads, 1, kMaxProducers, "--heads", "heads per rank");
   k.batch = checked_int(o.batch, 1, kMaxProducers, "--batch", "batch");
+  if (o.ranks != 0) {
+    const int P = checked_int(o.ranks, 1, 72, "--ranks", "Ulysses ranks");
+    k.remote_fraction = static_cast<double>(P - 1) / P;
+  }
   if (o.seq_lens.empty()) throw InputError("--seq-len: give at least one sequence length M (e.g. --seq-len 1024,8192)");
   for (std::int64_t M : o.seq_lens) require_range(static_cast<double>(M), 1.0, 1e9, "--seq-len", "sequence length M");
   return k;
@@ -548,12 +553,14 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                         {"E_drain_ns", pt.E_drain_ns},
                         {"dt_cc_ns", pt.dt_cc_ns},
                         {"E_cc_ns", pt.E_cc_ns},
+                        {"E_tail_ns", pt.E_tail_ns},
+                        {"E_res_ns", pt.E_res_ns},
                         {"design_test", design_test_json(pt.test)}});
     emit_json({{"kind", "attention"},
                {"platform", platform_json(platform, look)},
                {"kernel", {{"b_m", k.b_m}, {"b_n", k.b_n}, {"head_dim", k.head_dim}, {"out_bytes", k.out_bytes},
                            {"K", k.K}, {"sigma_ns", k.sigma_ns}, {"G_QK_ns", k.G_QK_ns}, {"T_lat_ns", k.T_lat_ns},
-                           {"heads", k.heads}, {"batch", k.batch}}},
+                           {"heads", k.heads}, {"batch", k.batch}, {"remote_fraction", k.remote_fraction}}},
                {"B_t_bytes", a.B_bytes},
                {"V_bytes", a.V_bytes},
                {"G_star_ns", a.G_star_ns},
@@ -577,13 +584,14 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
   std::printf("          G_QK cover = %s, T_lat = %s (completion-coupled counterfactual), %lld heads x %lld batch\n\n",
               format_time_ns(k.G_QK_ns).c_str(), format_time_ns(k.T_lat_ns).c_str(), static_cast<long long>(k.heads),
               static_cast<long long>(k.batch));
-  std::printf("%9s %11s %7s %10s %10s %12s %12s  %s\n", "M", "G_Qloop", "N_t", "dt(M)", "dt'(M)", "E_drain", "E_cc",
-              "verdict");
+  std::printf("%9s %11s %7s %10s %10s %12s %12s %12s  %s\n", "M", "G_Qloop", "N_t", "dt(M)", "dt'(M)", "E_drain",
+              "E_res", "E_cc", "verdict");
   for (const AttentionPoint& pt : a.points)
-    std::printf("%9lld %11s %7lld %10s %10s %12s %12s  %s\n", static_cast<long long>(pt.M),
+    std::printf("%9lld %11s %7lld %10s %10s %12s %12s %12s  %s\n", static_cast<long long>(pt.M),
                 format_time_ns(pt.G_Qloop_ns).c_str(), static_cast<long long>(pt.N_t), format_time_ns(pt.dt_ns).c_str(),
                 format_time_ns(pt.dt_critical_ns).c_str(), format_time_ns(pt.E_drain_ns).c_str(),
-                format_time_ns(pt.E_cc_ns).c_str(), to_string(pt.test.verdict));
+                format_time_ns(pt.E_res_ns).c_str(), format_time_ns(pt.E_cc_ns).c_str(), to_string(pt.test.verdict));
+  std::printf("\nE_res = E_drain + the last wave's drain V/R + T_lat (X-Stage: flat in M); E_cc = completion-coupled (grows with M)\n");
   std::printf("\nverdict   %s\naction    %s\n", to_string(a.verdict), a.action.c_str());
 }
 
@@ -648,6 +656,7 @@ void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   cmd->add_option("--tflops", o->tflops, "attention throughput assumption in TFLOP/s instead of --sigma");
   cmd->add_option("--heads", o->heads, "heads on this rank (H/P under Ulysses; default 1)");
   cmd->add_option("--batch", o->batch, "batch size (default 1)");
+  cmd->add_option("--ranks", o->ranks, "Ulysses ranks P: (P-1)/P of the output rows leave the rank (default: all of them)");
   cmd->add_option("--t-qk", o->t_qk, "double-buffered cover window G_QK (default sigma/2, one QK^T mainloop)");
   cmd->add_option("--t-lat", o->t_lat, "fixed completion latency for the completion-coupled counterfactual (default 1us)");
   cmd->add_option("--sms", o->sms, "SM count for --tflops and the default K (default: the platform's sm_count)");

@@ -61,7 +61,7 @@ struct UlyssesArgs {
   std::vector<int> head_dims{128, 64};
   int batch = 1;
   std::vector<std::string> store_paths{"tma", "st_global"};
-  int trials = 10;
+  int trials = 20;
   int replays = 10;       // bench: calls per CUDA graph replay
   double warmup_ms = 1000;
   double device_timeout_s = 10;
@@ -263,58 +263,77 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
 
 // The paper's protocol for attention (BRIEF §5): sender-side steady state, back-to-back replay through a CUDA
 // graph of `replays` calls; per trial all ranks line up, the time per call is the graph's time / replays, the
-// trial's time the max over ranks; the median over trials is reported.
-struct Timer {
-  comm::Runtime& rt;
-  cudaStream_t stream;
-  int trials, replays;
-  cudaEvent_t start{}, stop{};
-  Timer(comm::Runtime& r, int t, int n) : rt(r), stream(r.stream()), trials(t), replays(n) {
-    XSTAGE_CUDA_CHECK(cudaEventCreate(&start));
-    XSTAGE_CUDA_CHECK(cudaEventCreate(&stop));
+// trial's time the max over ranks; the median over trials is reported. The variants of one shape are captured
+// first and then timed in turn within every trial (FA-only, fused, serial, ... each once per trial), so clock
+// and thermal drift lands in every variant alike instead of in their differences.
+class VariantTimer {
+ public:
+  VariantTimer(comm::Runtime& rt, int trials, int replays) : rt_(rt), trials_(trials), replays_(replays) {
+    XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    XSTAGE_CUDA_CHECK(cudaEventCreate(&start_));
+    XSTAGE_CUDA_CHECK(cudaEventCreate(&stop_));
   }
-  ~Timer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+  ~VariantTimer() {
+    for (cudaGraphExec_t e : execs_) cudaGraphExecDestroy(e);
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    cudaStreamDestroy(stream_);
   }
-  // Median over trials of the max over ranks of the per-call time, µs.
+  // Captures `replays` back-to-back calls of one variant; returns its index.
   template <class F>
-  double median_us(F&& call) {
-    cudaStream_t capture = nullptr;
-    XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking));
+  int add(F&& call) {
     cudaGraph_t graph{};
     cudaGraphExec_t exec{};
-    XSTAGE_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < replays; ++i) call(capture);
-    XSTAGE_CUDA_CHECK(cudaStreamEndCapture(capture, &graph));
+    XSTAGE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < replays_; ++i) call(stream_);
+    XSTAGE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     XSTAGE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, capture));  // untimed
-    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(capture));
-    std::vector<double> mine(trials);
-    for (int t = 0; t < trials; ++t) {
-      rt.barrier();
-      XSTAGE_CUDA_CHECK(cudaEventRecord(start, capture));
-      XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, capture));
-      XSTAGE_CUDA_CHECK(cudaEventRecord(stop, capture));
-      XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      mine[t] = 1e3 * ms / replays;
-    }
-    XSTAGE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     XSTAGE_CUDA_CHECK(cudaGraphDestroy(graph));
-    XSTAGE_CUDA_CHECK(cudaStreamDestroy(capture));
-    const auto all = rt.all_gather_bytes(mine.data(), mine.size() * sizeof(double));
-    std::vector<double> worst(trials, 0.0);
-    for (int r = 0; r < rt.world_size(); ++r)
-      for (int t = 0; t < trials; ++t) {
-        double v;
-        std::memcpy(&v, all.data() + (static_cast<std::size_t>(r) * trials + t) * sizeof(double), sizeof v);
-        worst[t] = std::max(worst[t], v);
-      }
-    return median(worst);
+    XSTAGE_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // untimed
+    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    execs_.push_back(exec);
+    return static_cast<int>(execs_.size()) - 1;
   }
+  // Per variant, per trial: the max over ranks of the time per call, µs.
+  std::vector<std::vector<double>> run() {
+    const int n = static_cast<int>(execs_.size());
+    std::vector<double> mine(static_cast<std::size_t>(n) * trials_);
+    for (int t = 0; t < trials_; ++t)
+      for (int v = 0; v < n; ++v) {
+        rt_.barrier();
+        XSTAGE_CUDA_CHECK(cudaEventRecord(start_, stream_));
+        XSTAGE_CUDA_CHECK(cudaGraphLaunch(execs_[v], stream_));
+        XSTAGE_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+        XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop_));
+        float ms = 0;
+        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+        mine[static_cast<std::size_t>(v) * trials_ + t] = 1e3 * ms / replays_;
+      }
+    const auto all = rt_.all_gather_bytes(mine.data(), mine.size() * sizeof(double));
+    std::vector<std::vector<double>> worst(n, std::vector<double>(trials_, 0.0));
+    for (int r = 0; r < rt_.world_size(); ++r)
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        double x;
+        std::memcpy(&x, all.data() + (static_cast<std::size_t>(r) * mine.size() + i) * sizeof(double), sizeof x);
+        worst[i / trials_][i % trials_] = std::max(worst[i / trials_][i % trials_], x);
+      }
+    return worst;
+  }
+
+ private:
+  comm::Runtime& rt_;
+  int trials_, replays_;
+  cudaStream_t stream_{};
+  cudaEvent_t start_{}, stop_{};
+  std::vector<cudaGraphExec_t> execs_;
 };
+
+// The median over trials of a / b, trial by trial.
+double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) r[i] = a[i] / b[i];
+  return median(r);
+}
 
 int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
   const int P = rt.world_size();
@@ -326,14 +345,13 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
   int sms = 0;
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rt.device()));
   nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"platform", platform_file},
-                        {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls; per trial all ranks "
-                                     "line up, time per call = graph time / calls, max over ranks; median over " +
-                                     std::to_string(args.trials) + " trials"},
+                        {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls per variant; per trial "
+                                     "every variant in turn, all ranks lined up before each, time per call = graph time / calls, max "
+                                     "over ranks; median over " + std::to_string(args.trials) + " trials"},
                         {"results", nlohmann::json::array()}};
   if (lead)
     std::printf("%-30s %9s %9s %9s %9s %9s %9s %8s %8s %8s %9s %9s\n", "shape (per rank: heads x M x d)", "T_FA", "T_A2A", "T_serial",
                 "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "E_res/FA", "pred_E", "pred_Ecc");
-  Timer timer(rt, args.trials, args.replays);
   bool warmed = false;
   for (int d : args.head_dims)
     for (int hpr : args.heads_per_rank)
@@ -354,31 +372,37 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
           warm_up([&] { layer.enqueue_attention_local(stream); }, args.warmup_ms, stream);
           warmed = true;
         }
-        const double t_fa = timer.median_us([&](cudaStream_t st) { layer.enqueue_attention_local(st); });
-        const double t_a2a = timer.median_us([&](cudaStream_t st) { layer.enqueue_post_all_to_all(views, st); });
-        const double t_serial = timer.median_us([&](cudaStream_t st) {
-          layer.enqueue_attention_local(st);
-          layer.enqueue_post_all_to_all(views, st);
-        });
-        double t_fused[2] = {NAN, NAN};
+        // Every variant starts from the same head-sharded inputs; the fused layers each own their windows.
+        std::vector<std::unique_ptr<UlyssesAttention>> fused;
         for (A2AStorePath path : paths) {
           attention::UlyssesOptions fo = opt;
           fo.store_path = path;
-          UlyssesAttention fused(s, rt, fo);
-          fused.enqueue_pre_all_to_all(views, stream);
-          t_fused[path == A2AStorePath::tma ? 0 : 1] = timer.median_us([&](cudaStream_t st) { fused.enqueue_attention_fused(st); });
-          fused.poll();
+          fused.push_back(std::make_unique<UlyssesAttention>(s, rt, fo));
+          fused.back()->enqueue_pre_all_to_all(views, stream);
         }
-        const double t_layer_serial = timer.median_us([&](cudaStream_t st) { layer.enqueue(views, UlyssesPath::serial, st); });
-        double t_layer_fused = NAN;
-        {
-          attention::UlyssesOptions fo = opt;
-          fo.store_path = paths.front();
-          UlyssesAttention fused(s, rt, fo);
-          t_layer_fused = timer.median_us([&](cudaStream_t st) { fused.enqueue(views, UlyssesPath::fused, st); });
-          fused.poll();
-        }
+        XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        VariantTimer timer(rt, args.trials, args.replays);
+        const int v_fa = timer.add([&](cudaStream_t st) { layer.enqueue_attention_local(st); });
+        const int v_a2a = timer.add([&](cudaStream_t st) { layer.enqueue_post_all_to_all(views, st); });
+        const int v_serial = timer.add([&](cudaStream_t st) {
+          layer.enqueue_attention_local(st);
+          layer.enqueue_post_all_to_all(views, st);
+        });
+        std::vector<int> v_fused;
+        for (auto& f : fused) v_fused.push_back(timer.add([&](cudaStream_t st) { f->enqueue_attention_fused(st); }));
+        const int v_layer_serial = timer.add([&](cudaStream_t st) { layer.enqueue(views, UlyssesPath::serial, st); });
+        const int v_layer_fused = timer.add([&](cudaStream_t st) { fused.front()->enqueue(views, UlyssesPath::fused, st); });
+        const std::vector<std::vector<double>> trials = timer.run();
+        for (auto& f : fused) f->poll();
         layer.poll();
+        const double t_fa = median(trials[v_fa]), t_a2a = median(trials[v_a2a]), t_serial = median(trials[v_serial]);
+        double t_fused[2] = {NAN, NAN}, fused_over_fa[2] = {NAN, NAN};
+        for (std::size_t i = 0; i < paths.size(); ++i) {
+          const int pi = paths[i] == A2AStorePath::tma ? 0 : 1;
+          t_fused[pi] = median(trials[v_fused[i]]);
+          fused_over_fa[pi] = median_ratio(trials[v_fused[i]], trials[v_fa]);
+        }
+        const double t_layer_serial = median(trials[v_layer_serial]), t_layer_fused = median(trials[v_layer_fused]);
         const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
         const double e_res = best_fused - t_fa, hiding = (t_serial - best_fused) / (t_serial - t_fa), speedup = t_serial / best_fused;
         // The audit with the compute side measured: σ from T_FA (ceil(tiles / CTAs) waves of ceil(M / b_n) KV tiles).
@@ -396,13 +420,14 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
         kern.T_lat_ns = 1000;
         kern.heads = hpr;
         kern.batch = s.batch;
+        kern.remote_fraction = static_cast<double>(P - 1) / P;
         const model::PlatformPoint pt =
             model::evaluate_platform(model::store_path_triple(platform, paths.front() == A2AStorePath::tma ? model::StorePath::tma_bulk
                                                                                                           : model::StorePath::st_global_16B),
                                      K, model::attention_tile_bytes(kern.b_m, d, 2))
                 .point;
         const model::AttentionAudit audit = model::audit_attention(pt, kern, {M});
-        const double pred_e = audit.points[0].E_drain_ns / 1e3, pred_ecc = audit.points[0].E_cc_ns / 1e3;
+        const double pred_e = audit.points[0].E_res_ns / 1e3, pred_ecc = audit.points[0].E_cc_ns / 1e3;
         char name[64];
         std::snprintf(name, sizeof name, "%d x %d x %d", hpr, M, d);
         if (lead)
@@ -411,10 +436,13 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
         doc["results"].push_back({{"heads_per_rank", hpr}, {"heads", s.heads}, {"seqlen", M}, {"head_dim", d}, {"batch", s.batch},
                                   {"T_FA_us", t_fa}, {"T_A2A_us", t_a2a}, {"T_serial_us", t_serial},
                                   {"T_fused_tma_us", t_fused[0]}, {"T_fused_st_global_us", t_fused[1]},
+                                  {"fused_tma_over_FA_median_of_trials", fused_over_fa[0]},
+                                  {"fused_st_global_over_FA_median_of_trials", fused_over_fa[1]},
                                   {"E_res_us", e_res}, {"hiding", hiding}, {"speedup", speedup},
                                   {"T_layer_serial_us", t_layer_serial}, {"T_layer_fused_us", t_layer_fused},
                                   {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
-                                  {"predicted", {{"E_drain_us", pred_e}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},
+                                  {"predicted", {{"E_res_us", pred_e}, {"E_drain_us", audit.points[0].E_drain_ns / 1e3},
+                                                 {"E_tail_us", audit.points[0].E_tail_ns / 1e3}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},
                                                  {"G_star_us", audit.G_star_ns / 1e3}, {"capacity_bound_holds", audit.capacity_bound_holds},
                                                  {"T_iss0_ns", pt.T_iss0_ns}, {"R_bytes_per_ns", pt.R_bytes_per_ns}, {"Q_bytes", pt.Q_bytes}}}});
         std::fflush(stdout);
@@ -490,7 +518,7 @@ void add_ulysses_command(CLI::App& attention) {
   bench->add_option("--heads", args->heads_per_rank, "heads per rank (H/P)")->delimiter(',');
   bench->add_option("--head-dims", args->head_dims, "head dims (64, 128)")->delimiter(',');
   bench->add_option("--batch", args->batch, "batch (default 1)");
-  bench->add_option("--trials", args->trials, "timed trials per variant (default 10)");
+  bench->add_option("--trials", args->trials, "timed trials per variant (default 20)");
   bench->add_option("--replays", args->replays, "calls per CUDA graph (default 10)");
   bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first shape (default 1000)");
   bench->add_option("--platform", args->platform, "platform file for the predictions (default: the shipped H200 calibration)");

@@ -23,6 +23,8 @@ void validate_kernel(const AttentionKernel& k) {
   require_positive(static_cast<double>(k.batch), "batch");
   if (!std::isfinite(k.G_QK_ns) || k.G_QK_ns < 0.0) throw InputError("the QK^T cover window G_QK must not be negative");
   if (!std::isfinite(k.T_lat_ns) || k.T_lat_ns < 0.0) throw InputError("the completion latency T_lat must not be negative");
+  if (!(k.remote_fraction >= 0.0 && k.remote_fraction <= 1.0))
+    throw InputError("the remote fraction of the output must be in [0, 1] (got " + std::to_string(k.remote_fraction) + ")");
 }
 
 AttentionPoint audit_point(const PlatformPoint& p, const AttentionKernel& k, double V_bytes, std::int64_t M) {
@@ -37,6 +39,8 @@ AttentionPoint audit_point(const PlatformPoint& p, const AttentionKernel& k, dou
   pt.E_drain_ns = static_cast<double>(pt.N_t) * pt.dt_critical_ns;
   pt.dt_cc_ns = positive_part(V_bytes / p.R_bytes_per_ns + k.T_lat_ns - k.G_QK_ns);  // Eq. 16
   pt.E_cc_ns = static_cast<double>(pt.N_t) * pt.dt_cc_ns;                          // Eq. 17
+  pt.E_tail_ns = V_bytes / p.R_bytes_per_ns + k.T_lat_ns;
+  pt.E_res_ns = pt.E_drain_ns + pt.E_tail_ns;
   pt.test = design_test(p, V_bytes, pt.G_Qloop_ns);
   return pt;
 }
@@ -98,7 +102,7 @@ AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& k,
   AttentionAudit a;
   a.kernel = k;
   a.B_bytes = attention_tile_bytes(k.b_m, k.head_dim, k.out_bytes);
-  a.V_bytes = a.B_bytes * k.K;
+  a.V_bytes = a.B_bytes * k.K * k.remote_fraction;
   a.G_star_ns = recovery_gap_ns(p, a.V_bytes);
   a.q_peak_bytes = peak_outstanding_bytes(p, a.V_bytes);
   a.capacity_bound_holds = a.q_peak_bytes <= p.Q_bytes;

@@ -41,6 +41,7 @@ struct AttentionKernel {
   double T_lat_ns = 0.0;    // fixed completion latency of the completion-coupled counterfactual (Eq. 16)
   std::int64_t heads = 1;   // heads on this rank (H/P under Ulysses)
   std::int64_t batch = 1;
+  double remote_fraction = 1.0;  // of the output rows that go to another rank: (P-1)/P under Ulysses
 };
 
 // One sequence length.
@@ -54,13 +55,16 @@ struct AttentionPoint {
   double E_drain_ns = 0.0;   // N_t·Δt'(M): predicted drain-induced residual under the X-Stage (§4.3)
   double dt_cc_ns = 0.0;     // Δt^cc = [V/R + T_lat − T_cover]+ with T_cover = G_QK (Eq. 16)
   double E_cc_ns = 0.0;      // E^cc = N_t·Δt^cc: the completion-coupled counterfactual, grows ∝ M (Eq. 17)
+  double E_tail_ns = 0.0;    // the last wave's burst drains after the last tile's compute, with nothing left to
+                             // hide it: V/R + T_lat (the kernel completes when every rank's rows have arrived)
+  double E_res_ns = 0.0;     // predicted sender-visible residual T_fused - T_FA: E_drain + E_tail
   DesignTest test;           // Eq. 10 at G = G_Qloop(M)
 };
 
 struct AttentionAudit {
   AttentionKernel kernel;
   double B_bytes = 0.0;  // B_t
-  double V_bytes = 0.0;  // K·B_t
+  double V_bytes = 0.0;  // K·B_t·remote_fraction: the aligned burst that leaves the rank
   double G_star_ns = 0.0;
   double q_peak_bytes = 0.0;
   bool capacity_bound_holds = false;

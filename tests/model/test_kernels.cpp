@@ -63,6 +63,22 @@ TEST(AttentionAudit, DrainResidualStaysFlatWhileCompletionCoupledGrowsWithM) {
   // E_cc doubles with M (N_t ∝ M).
   EXPECT_NEAR(a.points[3].E_cc_ns / a.points[2].E_cc_ns, 2.0, 0.01);
   EXPECT_EQ(a.verdict, Verdict::piggyback);
+  // The predicted residual is the last wave's drain plus the completion latency: the same at every M.
+  for (const AttentionPoint& pt : a.points) EXPECT_NEAR(pt.E_res_ns, 4849664.0 / 717.0 + 1000.0, 1e-6) << pt.M;
+}
+
+// Under Ulysses over P ranks (P-1)/P of the output rows leave the rank: the aligned remote burst, its tail and the
+// counterfactual shrink with it; with one rank nothing leaves and only the completion latency remains.
+TEST(AttentionAudit, RemoteFractionScalesTheBurst) {
+  AttentionKernel k = paper_attention();
+  k.remote_fraction = 0.5;
+  const AttentionAudit half = audit_attention(kPaper, k, {65536});
+  EXPECT_NEAR(half.V_bytes, 4849664.0 / 2, 1e-6);
+  EXPECT_NEAR(half.points[0].E_tail_ns, 4849664.0 / 2 / 717.0 + 1000.0, 1e-6);
+  k.remote_fraction = 0.0;
+  EXPECT_NEAR(audit_attention(kPaper, k, {65536}).points[0].E_res_ns, 1000.0, 1e-6);
+  k.remote_fraction = 1.5;
+  EXPECT_THROW(audit_attention(kPaper, k, {65536}), InputError);
 }
 
 TEST(AttentionAudit, ShortSequencesLeaveADrainResidualOnTheCriticalPath) {

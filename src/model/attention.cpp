@@ -103,6 +103,23 @@ AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& k,
   a.kernel = k;
   a.B_bytes = attention_tile_bytes(k.b_m, k.head_dim, k.out_bytes);
   a.V_bytes = a.B_bytes * k.K * k.remote_fraction;
+  if (a.V_bytes <= 0.0) {  // one rank: nothing leaves it, no X-Stage; only the completion latency remains
+    for (std::int64_t M : seq_lens) {
+      if (M <= 0) throw InputError("sequence length M must be positive (got " + std::to_string(M) + ")");
+      AttentionPoint pt;
+      pt.M = M;
+      pt.G_Qloop_ns = qloop_gap_lower_bound_ns(k.sigma_ns, M, k.b_n);
+      pt.tiles = ceil_div(M, k.b_m) * k.heads * k.batch;
+      pt.N_t = ceil_div(pt.tiles, k.K);
+      pt.E_tail_ns = pt.E_res_ns = pt.E_cc_ns = k.T_lat_ns;
+      pt.test.verdict = Verdict::piggyback;
+      a.points.push_back(pt);
+    }
+    a.capacity_bound_holds = true;
+    a.verdict = Verdict::piggyback;
+    a.action = "nothing leaves the rank (one rank): no remote stores to overlap";
+    return a;
+  }
   a.G_star_ns = recovery_gap_ns(p, a.V_bytes);
   a.q_peak_bytes = peak_outstanding_bytes(p, a.V_bytes);
   a.capacity_bound_holds = a.q_peak_bytes <= p.Q_bytes;

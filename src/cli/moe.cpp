@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -81,6 +83,7 @@ struct MoeArgs {
   int trials = 20;
   double warmup_ms = 1500;
   double trial_gap_ms = 0;  // bench: host sleep before each timed trial (0: back to back, the paper's protocol)
+  std::string trace_dir;    // bench: the fused kernel's per-tile trace of each configuration's last trial (instrumented builds)
 };
 
 bool matches(const std::string& name, const std::string& filter) {
@@ -374,6 +377,35 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 
 // ---- bench ----------------------------------------------------------------------------------------
 
+// The fused kernel's per-tile trace of its last call (instrumented builds, kernel/stats.hpp) as compact JSON
+// arrays per CTA: anchors [start_ns, start_clock, end_ns, end_clock], tiles [stage, row, mainloop_start,
+// mainloop_end, epilogue_end, staging_wait] and drains [staged, issued, drained], in SM cycles.
+void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const nlohmann::json& about) {
+  const auto trace = layer.read_trace();
+  if (!trace) return;
+  nlohmann::json ctas = nlohmann::json::array();
+  for (std::size_t c = 0; c < trace->anchors.size(); ++c) {
+    const moe::MoeCtaAnchor& a = trace->anchors[c];
+    nlohmann::json tiles = nlohmann::json::array(), drains = nlohmann::json::array();
+    const std::size_t n = std::min<std::size_t>(a.tiles, trace->capacity), m = std::min<std::size_t>(a.l2_tiles, trace->capacity);
+    for (std::size_t i = 0; i < n; ++i) {
+      const moe::MoeTileRecord& t = trace->tiles[c * trace->capacity + i];
+      tiles.push_back({t.stage, t.row, t.mainloop_start, t.mainloop_end, t.epilogue_end, t.staging_wait});
+    }
+    for (std::size_t j = 0; j < m; ++j) {
+      const moe::MoeDrainRecord& d = trace->drains[c * trace->capacity + j];
+      drains.push_back({d.staged, d.issued, d.drained});
+    }
+    ctas.push_back({{"anchors", {a.start_ns, a.start_clock, a.end_ns, a.end_clock}}, {"tiles", tiles}, {"drains", drains}});
+  }
+  nlohmann::json doc = about;
+  doc["columns"] = {{"anchors", {"start_ns", "start_clock", "end_ns", "end_clock"}},
+                    {"tiles", {"stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait"}},
+                    {"drains", {"staged", "issued", "drained"}}};
+  doc["ctas"] = ctas;
+  std::ofstream(path) << doc.dump() << "\n";
+}
+
 // The fused kernel's own account of the last forward (clock64 totals over CTAs, per CTA in µs at the SM
 // clock measured after the trials); null for the unfused layer.
 nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mhz) {
@@ -545,6 +577,14 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       }
       clock_mhz = measure_sm_clock_mhz();
       const nlohmann::json kernel = kernel_stats_json(*layer, clock_mhz);
+      if (!args.trace_dir.empty() && rt.rank() == 0)
+        if (const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(layer.get())) {
+          std::string file = c.name + "__" + layer->name();
+          for (char& ch : file)
+            if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+          write_trace(*fused, args.trace_dir + "/" + file + ".json",
+                      {{"config", c.name}, {"impl", layer->name()}, {"rank", rt.rank()}, {"sm_clock_mhz_after", clock_mhz}});
+        }
       struct RankStats {
         double clock_mhz;
         std::int64_t peer_bytes, rows_received;
@@ -707,6 +747,9 @@ void add_moe_command(CLI::App& app) {
                     "idle time before each timed trial (default 0: back to back, BRIEF §5). A gap lets the GPU's power\n"
                     "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
                     "layer's time the power limit sets");
+  bench->add_option("--trace", args->trace_dir,
+                    "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
+                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe_trace.py plots it)");
   bench->callback([args] {
     if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved";
     spawn_or_run(*args, false);

@@ -77,10 +77,16 @@ void Runtime::init_communicator(const ncclUniqueId& id) {
   XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   XSTAGE_NCCL_CHECK(ncclCommInitRank(&comm_, env_.world_size, id, env_.rank));
   lsa_size_ = ncclTeamLsa(comm_).nRanks;
-  if (lsa_size_ != env_.world_size)
+  if (lsa_size_ != env_.world_size) {
+    // The destructor does not run for a constructor that throws: release what exists so far here.
+    ncclCommDestroy(comm_);
+    comm_ = nullptr;
+    cudaStreamDestroy(stream_);
+    stream_ = nullptr;
     throw PlatformError("only " + std::to_string(lsa_size_) + " of " + std::to_string(env_.world_size) +
                         " ranks are load/store reachable from rank " + std::to_string(env_.rank) +
                         " (NCCL's LSA team): xstage's one-sided stores need all ranks in one NVLink domain");
+  }
   scratch_bytes_ = 1 << 16;
   XSTAGE_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_ * (env_.world_size + 1)));
 }

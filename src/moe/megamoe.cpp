@@ -75,7 +75,19 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   window_ = plan_window(pr_, capacity, static_cast<int>(capacity / pr_.b_m));  // ring = plain buffer: no slot reuse
   buffer_ = std::make_unique<comm::SymmetricBuffer>(rt_, static_cast<std::size_t>(window_.total_bytes));
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(buffer_->local(), 0, window_.total_bytes, rt_.stream()));
-  if constexpr (kMoeStats) stats_ = DeviceBuffer(sizeof(MoeKernelStats));
+  if constexpr (kMoeStats) {
+    stats_ = DeviceBuffer(sizeof(MoeKernelStats));
+    // Records per CTA: its share of every CTA tile the window's rows can hold, and some slack for uneven walks.
+    const std::int64_t cta_tiles = static_cast<std::int64_t>(window_.dispatch.max_scheduler_rows()) * cluster_m_ *
+                                   (pr_.P1_l1_n_blocks() + pr_.P2_l2_n_blocks());
+    launch_.trace.capacity = static_cast<int>((cta_tiles + grid_ - 1) / grid_ + 16);
+    trace_tiles_ = DeviceBuffer(sizeof(MoeTileRecord) * grid_ * launch_.trace.capacity);
+    trace_drains_ = DeviceBuffer(sizeof(MoeDrainRecord) * grid_ * launch_.trace.capacity);
+    trace_anchors_ = DeviceBuffer(sizeof(MoeCtaAnchor) * grid_);
+    launch_.trace.tiles = trace_tiles_.get<MoeTileRecord>();
+    launch_.trace.drains = trace_drains_.get<MoeDrainRecord>();
+    launch_.trace.anchors = trace_anchors_.get<MoeCtaAnchor>();
+  }
 
   launch_.problem = pr_;
   launch_.window = window_;
@@ -145,6 +157,19 @@ FusedMoeLayer::TilesRun FusedMoeLayer::read_tiles_run() const {
   TilesRun t;
   XSTAGE_CUDA_CHECK(cudaMemcpy(&t.l1, launch_.local + window_.counters.l1_tiles_run(), 4, cudaMemcpyDeviceToHost));
   XSTAGE_CUDA_CHECK(cudaMemcpy(&t.l2, launch_.local + window_.counters.l2_tiles_run(), 4, cudaMemcpyDeviceToHost));
+  return t;
+}
+
+std::optional<FusedMoeLayer::Trace> FusedMoeLayer::read_trace() const {
+  if constexpr (!kMoeStats) return std::nullopt;
+  Trace t;
+  t.capacity = launch_.trace.capacity;
+  t.anchors.resize(grid_);
+  t.tiles.resize(static_cast<std::size_t>(grid_) * t.capacity);
+  t.drains.resize(t.tiles.size());
+  XSTAGE_CUDA_CHECK(cudaMemcpy(t.anchors.data(), trace_anchors_.get(), trace_anchors_.bytes(), cudaMemcpyDeviceToHost));
+  XSTAGE_CUDA_CHECK(cudaMemcpy(t.tiles.data(), trace_tiles_.get(), trace_tiles_.bytes(), cudaMemcpyDeviceToHost));
+  XSTAGE_CUDA_CHECK(cudaMemcpy(t.drains.data(), trace_drains_.get(), trace_drains_.bytes(), cudaMemcpyDeviceToHost));
   return t;
 }
 

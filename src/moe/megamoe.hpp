@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/call_state.hpp"
 #include "comm/runtime.hpp"
@@ -59,6 +60,15 @@ class FusedMoeLayer final : public MoeLayerImpl {
     std::uint32_t l1 = 0, l2 = 0;
   };
   TilesRun read_tiles_run() const;
+  // The last call's per-tile trace (blocking), or nullopt in a build without it (kMoeStats): per CTA its
+  // anchors and records, `capacity` slots each.
+  struct Trace {
+    int capacity = 0;
+    std::vector<MoeCtaAnchor> anchors;
+    std::vector<MoeTileRecord> tiles;    // [cta][capacity]
+    std::vector<MoeDrainRecord> drains;  // [cta][capacity]
+  };
+  std::optional<Trace> read_trace() const;
   int D_rows() const { return D_rows_; }
   int wave_experts() const { return wave_experts_; }
   int grid() const { return grid_; }
@@ -72,6 +82,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   std::unique_ptr<comm::SymmetricBuffer> buffer_;
   comm::CallState state_;
   DeviceBuffer stats_;  // MoeKernelStats, kMoeStats builds only
+  DeviceBuffer trace_tiles_, trace_drains_, trace_anchors_;  // MoeTrace, kMoeStats builds only
   MegaMoeLaunch launch_;  // everything but the call's operands
   MegaMoeConfigId config_{};
   int grid_ = 0, D_rows_ = 1, wave_experts_ = 1, cluster_n_ = 1, cluster_m_ = 1;

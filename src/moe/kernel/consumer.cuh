@@ -72,19 +72,30 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         }
       }
     }
+    const long long ml_start = stats_clock();
     if constexpr (!C::kFp8)
       mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, k_blocks, prm.wait);
     else
       mainloop_fp8<C>(pipeline, state, mma, tCrA, tCrB, acc, tmp, fp8_scale_source(prm, t, cta_row0, r0), k_blocks, prm.wait);
+    const long long ml_end = stats_clock();
 
+    unsigned long long waited = 0;
     if (t.stage == Stage::L1) {
       l1_epilogue(prm, t, cta_row0, acc, tCcC, r0, tid);
       ++l1_tiles;
     } else {
-      staging_wait += l2_epilogue(prm, smem, acc, tCcC, j);
+      waited = l2_epilogue(prm, smem, acc, tCcC, j);
+      staging_wait += waited;
       ++j;
     }
     last_end = stats_clock();
+    if constexpr (kMoeStats) {
+      const int i = l1_tiles + j - 1;
+      if (tid == 0 && i < prm.trace.capacity)
+        prm.trace.tiles[static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + i] =
+            MoeTileRecord{t.stage == Stage::L1 ? 1u : 2u, static_cast<std::uint32_t>(t.row), ml_start, ml_end, last_end,
+                          static_cast<long long>(waited)};
+    }
   }
   // This CTA's tiles of each stage into the call's tally (kept out of the statistics policy on purpose: two
   // atomics per CTA cost nothing, and without them ptxas spilled 174 bytes instead of 4 in the fp8 kernels).
@@ -94,6 +105,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   }
   if constexpr (kMoeStats) {
     if (tid == 0) {
+      MoeCtaAnchor& anchor = prm.trace.anchors[blockIdx.x];
+      anchor.end_clock = static_cast<unsigned long long>(clock64());
+      anchor.end_ns = global_timer_ns();
+      anchor.tiles = static_cast<std::uint32_t>(l1_tiles + j);
+      anchor.l2_tiles = static_cast<std::uint32_t>(j);
       if (first_start >= 0) {
         atomicAdd(&prm.stats->consumer_cycles, static_cast<unsigned long long>(last_end - first_start));
         const unsigned long long end_ns = global_timer_ns();

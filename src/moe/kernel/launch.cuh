@@ -44,6 +44,7 @@ MegaMoeParams<C> make_params(const MegaMoeLaunch& l) {
   prm.wait = l.wait;
   prm.calls = l.calls;
   prm.stats = l.stats;
+  prm.trace = l.trace;
   const int EL = pr.E_local(), h = pr.h_hidden, I = pr.h_inter;
   using TmaA = typename C::TmaLoadA;
   using TmaB = typename C::TmaLoadB;

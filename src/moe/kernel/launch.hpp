@@ -61,6 +61,7 @@ struct MegaMoeLaunch {
   comm::WaitContext wait;
   comm::CallEpochView calls;
   MoeKernelStats* stats = nullptr;      // kMoeStats builds
+  MoeTrace trace;                       // kMoeStats builds
 };
 
 // Defined for each MegaMoeConfigId in its megamoe_<config>.cu: builds the TMA descriptors and launches

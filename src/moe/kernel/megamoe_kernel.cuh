@@ -44,6 +44,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
   // 1. Publish this call (CTA 0) and wait until every source has published its own.
   if (threadIdx.x == 0) {
     stats_max(&prm.stats->kernel_start_not_ns, ~static_cast<unsigned long long>(global_timer_ns()));
+    if constexpr (kMoeStats) {
+      prm.trace.anchors[blockIdx.x].start_clock = static_cast<unsigned long long>(clock64());
+      prm.trace.anchors[blockIdx.x].start_ns = global_timer_ns();
+    }
     const std::uint32_t epoch = comm::current_call(prm.calls);
     smem.epoch = epoch;
     if (blockIdx.x == 0) {

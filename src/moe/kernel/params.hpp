@@ -31,6 +31,7 @@ struct MegaMoeParams {
   comm::WaitContext wait;                 // every device-side wait's bound and failure record
   comm::CallEpochView calls;              // the call counter (the epoch of send_ready / peer_finished)
   MoeKernelStats* stats = nullptr;        // device, zeroed per call; used only when kMoeStats
+  MoeTrace trace;                         // per-tile records; used only when kMoeStats
   // fp8: the 128×128 block scales of W1 and W2 (quantize.hpp's layout, local experts stacked: block row
   // e·(N/128) + b of expert e), fp32 [E_local·N/128][pitch]; null for bf16.
   const float* w1_scales = nullptr;

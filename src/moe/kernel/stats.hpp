@@ -4,6 +4,8 @@
 // global atomics or timer reads. Plain C++, so the host can read the record and know whether it exists.
 #pragma once
 
+#include <cstdint>
+
 #ifndef XSTAGE_MOE_STATS
 #define XSTAGE_MOE_STATS 0
 #endif
@@ -33,6 +35,33 @@ struct MoeKernelStats {
   // clock64 total above converted at the SM clock measured afterwards is only as good as that clock), and the
   // earliest CTA's last tile end (complemented, as above): how unevenly the CTAs finish.
   unsigned long long consumer_ns, first_cta_done_not_ns;
+};
+
+// Per-tile trace of one call (instrumented builds only; paper Fig. 9, Fig. 10, Table 2). SM cycle stamps
+// (clock64); each CTA's stamps convert to one timeline through its two anchors (%globaltimer and clock64 read
+// together at its start and at its end), with the frequency they give.
+struct MoeTileRecord {     // one tile of a CTA's walk, by consumer warpgroup 0's first thread
+  std::uint32_t stage;     // 1 = Linear-1, 2 = Linear-2
+  std::uint32_t row;       // scheduler row
+  long long mainloop_start, mainloop_end;  // first stage awaited -> last wgmma done
+  long long epilogue_end;  // ring written (L1) or tile staged (L2)
+  long long staging_wait;  // L2: cycles waiting for a free staging slot (the stall Δt reaching the MMA)
+};
+struct MoeDrainRecord {    // one Linear-2 tile's remote stores, by storer warp 0's first lane
+  long long staged;        // the tile is in the staging buffer (staging_full observed)
+  long long issued;        // its last store issued
+  long long drained;       // its stores complete (after the system-scope fence): T_RS = drained - staged
+};
+struct MoeCtaAnchor {
+  unsigned long long start_ns, start_clock, end_ns, end_clock;
+  std::uint32_t tiles, l2_tiles;  // records written
+};
+// Where a CTA's records go: tiles[cta·capacity + i], drains[cta·capacity + j], anchors[cta].
+struct MoeTrace {
+  MoeTileRecord* tiles = nullptr;
+  MoeDrainRecord* drains = nullptr;
+  MoeCtaAnchor* anchors = nullptr;
+  int capacity = 0;  // records per CTA (tiles beyond it are not recorded)
 };
 
 }  // namespace xstage::moe

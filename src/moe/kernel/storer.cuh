@@ -29,6 +29,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     if (t.stage != Stage::L2) continue;
     const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
     wait_mbarrier(prm.wait, &smem.staging_full[slot], phase, MoeWait::staging_full, slot);
+    const long long t_staged = stats_clock();
     if constexpr (kMoeStats) {
       if (sw == 0 && lane == 0) {  // K_act: how many CTAs are draining a tile as this one starts
         const unsigned long long now = atomicAdd(&prm.stats->draining_now, 1ull) + 1;
@@ -78,7 +79,11 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     const long long t0 = stats_clock();
     __threadfence_system();  // this lane's combine stores are visible before the counts are
     __syncwarp();
-    drain_cycles += stats_clock() - t0;
+    const long long drained = stats_clock();
+    drain_cycles += drained - t0;
+    if constexpr (kMoeStats)
+      if (sw == 0 && lane == 0 && j < prm.trace.capacity)
+        prm.trace.drains[static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + j] = MoeDrainRecord{t_staged, t0, drained};
     for (int q = 0; q < P; ++q) {
       unsigned n = rows_to[q];
 #pragma unroll

@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--head-dims", type=ints, default=[128, 64])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--trials", type=int, default=10)
-    ap.add_argument("--inner", type=int, default=10)
+    ap.add_argument("--inner", "--replays", dest="inner", type=int, default=10, help="back-to-back calls per trial")
     ap.add_argument("--warmup-ms", type=float, default=1000.0)
     ap.add_argument("--out", default="")
     args = ap.parse_args()

@@ -19,7 +19,7 @@ exec > >(tee "$OUT/ulysses.log") 2>&1
 export PYTHONUNBUFFERED=1
 X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
-SWEEP=(--seqlens 4096,8192,16384,32768,49152,65536 --heads 4,12 --head-dims 128,64)
+SWEEP=(--seqlens 4096,8192,16384,32768,49152,65536 --heads 4,12 --head-dims 128,64 --trials 10 --replays 5)
 [ -n "${ULYSSES_QUICK:-}" ] && SWEEP=(--seqlens 8192,16384,32768 --heads 4,12 --head-dims 128)
 failures=0
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On a GPU machine: xstage from PyTorch (docs/PYTHON.md). Needs the C library (XSTAGE_C_LIBRARY, default
+# .carry/python/libxstage_c.so, else build/libxstage_c.so) and, where PyPI cannot be reached, the wheels
+# examples/diffusers/README.md lists in $XSTAGE_WHEELS (installed with --no-deps into a scratch folder on
+# PYTHONPATH, next to the machine's own torch).
+#   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op);
+#   2. each op timed through torch (tests/python/gpu/time_ops.py) beside the same kernels timed by the CLI;
+#   3. the diffusers examples: Flux with xstage.flash_attention against SDPA, the Ulysses DiT (every visible
+#      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch.
+# Everything lands in ${OUT:-out}/: python.log and python.tar.gz (the JSONs and logs).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-out}; W="$OUT/python"; mkdir -p "$W"
+exec > >(tee "$OUT/python.log") 2>&1
+export PYTHONUNBUFFERED=1
+X="$XSTAGE_BIN_DIR/xstage"
+GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
+export XSTAGE_C_LIBRARY=$PWD/$LIB PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${XSTAGE_WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/xstage-site "$XSTAGE_WHEELS"/*.whl &&
+    export PYTHONPATH="$PYTHONPATH:/tmp/xstage-site"
+fi
+failures=0
+
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --format=csv
+python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+
+step "pytest tests/python"
+timed "pytest" -- timeout 600 python3 -m pytest -q -rs -p no:cacheprovider tests/python --junitxml "$W/pytest.xml" || failures=$((failures+1))
+
+step "the ops through torch, and the same kernels through the CLI"
+timed "time_ops" -- timeout 300 python3 tests/python/gpu/time_ops.py --moe-dtypes bf16 --out "$W/time_ops.json" || failures=$((failures+1))
+timed "attention bench" -- timeout 120 "$X" attention bench --seqlens 8192 --heads 4,12 --head-dims 128,64 --json "$W/attention_bench.json" \
+  || failures=$((failures+1))
+timed "moe bench" -- timeout 200 "$X" moe bench --gpus 1 --dtype bf16 --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" \
+  --impl megamoe-interleaved --out "$W/moe_bench.json" || failures=$((failures+1))
+
+step "diffusers examples"
+timed "flux + flash_attention" -- timeout 300 python3 examples/diffusers/dit_attention.py --out "$W/dit_attention.json" \
+  || failures=$((failures+1))
+timed "ulysses DiT" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" examples/diffusers/dit_ulysses.py \
+  --out "$W/dit_ulysses_p$GPUS.json" || failures=$((failures+1))
+timed "MoE DiT" -- timeout 300 python3 examples/diffusers/dit_moe.py --out "$W/dit_moe_ep1.json" || failures=$((failures+1))
+
+tar -C "$W" -czf "$OUT/python.tar.gz" . && rm -rf "$W"
+step "done: $failures failure(s)"
+exit $((failures > 0))

@@ -87,9 +87,9 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
                 )
     if not isinstance(softmax_scale, (float, int, torch.SymFloat, torch.SymInt)):
         raise TypeError(f"xstage.flash_attention: softmax_scale must be a float, got {type(softmax_scale).__name__}")
-    if isinstance(softmax_scale, (float, int)) and (not math.isfinite(softmax_scale) or softmax_scale == 0):
+    if isinstance(softmax_scale, (float, int)) and (not math.isfinite(softmax_scale) or softmax_scale <= 0):
         raise ValueError(
-            f"xstage.flash_attention: softmax_scale is {softmax_scale}; it must be finite and non-zero "
+            f"xstage.flash_attention: softmax_scale is {softmax_scale}; it must be finite and positive "
             f"(the usual value is 1/sqrt(head_dim))"
         )
 

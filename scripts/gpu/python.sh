@@ -19,8 +19,21 @@ GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
 LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
 export XSTAGE_C_LIBRARY=$PWD/$LIB PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "${XSTAGE_WHEELS:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/xstage-site "$XSTAGE_WHEELS"/*.whl &&
-    export PYTHONPATH="$PYTHONPATH:/tmp/xstage-site"
+  # Only the distributions this Python lacks: a carried wheel must not shadow a package the machine has (its
+  # transformers pins huggingface-hub below 2, say).
+  missing=$(python3 - "$XSTAGE_WHEELS" <<'PY'
+import glob, importlib.metadata as md, os, re, sys
+for w in sorted(glob.glob(os.path.join(sys.argv[1], "*.whl"))):
+    name = re.split(r"-\d", os.path.basename(w), maxsplit=1)[0]
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        print(w)
+PY
+)
+  echo "installing the wheels this Python lacks: $(echo "$missing" | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
+  [ -z "$missing" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/xstage-site $missing
+  export PYTHONPATH="$PYTHONPATH:/tmp/xstage-site"
 fi
 failures=0
 

@@ -63,8 +63,10 @@ void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   // Tile counts and TMA coordinates are 32-bit.
   const int64_t tiles = int64_t(p.batch) * p.heads * ((int64_t(p.seqlen_q) + 63) / 64);  // any b_m >= 64
   require_input(tiles < (int64_t(1) << 31), "too many output tiles for one launch" + shape.str());
-  require_input(std::isfinite(p.softmax_scale) && p.softmax_scale != 0.f,
-                "softmax_scale must be finite and non-zero (usually 1/sqrt(head_dim))");
+  // The online softmax rescales by the running row maximum of the raw scores, which is the maximum of the
+  // scaled scores only for a positive scale.
+  require_input(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.f,
+                "softmax_scale must be finite and positive (usually 1/sqrt(head_dim))");
   check_strides("Q", p.q, p.head_dim);
   check_strides("K", p.k, p.head_dim);
   check_strides("V", p.v, p.head_dim);

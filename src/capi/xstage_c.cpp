@@ -212,6 +212,11 @@ void require_device_pointer(const void* ptr, const char* name, int32_t device) {
 }
 
 void require_stream_on_device(void* stream, int32_t device) {
+  // Querying a stream's device is not allowed while the stream is being captured into a CUDA graph (it would
+  // invalidate the capture); a capture on a stream of another device fails at the launch instead.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone)
+    return;
   int stream_device = -1;
   const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &stream_device);
   if (e != cudaSuccess) {

@@ -21,3 +21,16 @@ def c_library():
     if not os.environ.get("XSTAGE_C_LIBRARY") and not os.path.isfile(xstage.library_path()):
         pytest.skip("libxstage_c.so not built: set XSTAGE_C_LIBRARY=<build dir>/libxstage_c.so")
     return xstage.load_library()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fake_cuda1: builds fake tensors on cuda:1 (needs no GPU at all, or two)")
+
+
+def pytest_runtest_setup(item):
+    # On a machine with one GPU, PyTorch initialises CUDA for a fake tensor and refuses the ordinal 1.
+    if item.get_closest_marker("fake_cuda1") is not None:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.device_count() < 2:
+            pytest.skip("fake cuda:1 tensors need no GPU or two GPUs")

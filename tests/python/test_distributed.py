@@ -116,6 +116,7 @@ def test_ulysses_heads_not_divisible_by_group(fake, group_of):
     assert xstage.ulysses_attention(cuda(1, 64, 8, 128), cuda(1, 64, 8, 128), cuda(1, 64, 8, 128)).shape == (1, 64, 8, 128)
 
 
+@pytest.mark.fake_cuda1
 def test_ulysses_mixed_devices(fake):
     q, k = cuda(1, 64, 4, 64, device="cuda:0"), cuda(1, 64, 4, 64, device="cuda:1")
     with pytest.raises(ValueError, match="k is on cuda:1 but q is on cuda:0"):
@@ -242,6 +243,7 @@ def test_moe_tokens_and_options(fake, group_of):
     assert xstage.moe(**moe_args(k=16)).shape == (T, H)
 
 
+@pytest.mark.fake_cuda1
 def test_moe_mixed_devices(fake):
     args = moe_args()
     args["w2"] = cuda(E, H, I, device="cuda:1")

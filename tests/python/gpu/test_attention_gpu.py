@@ -114,7 +114,7 @@ def test_numerics_against_fp32_reference_and_sdpa(shape, layout):
 
 
 @hopper
-@pytest.mark.parametrize("scale", [0.05, 1.0, -0.2])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 3.0])
 def test_softmax_scale(scale):
     q, k, v = make_qkv(1, 555, 555, 4, 128, "contiguous", seed=7)
     out, lse = xstage.flash_attention(q, k, v, softmax_scale=scale, return_lse=True)

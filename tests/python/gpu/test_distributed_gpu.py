@@ -159,15 +159,23 @@ def test_ulysses_store_paths_agree(comm):
 # --- MoE --------------------------------------------------------------------------------------------------
 
 
+def block_gains(E, n, k, block_rows, g):
+    """A gain in [1/4, 4] (log-uniform) per (block_rows x 128) block: the fp8 scale blocks then differ by up to
+    16x, so a scale read from the wrong block shows in the layer's output (with equal-variance blocks every
+    scale is within a few percent of every other and such a bug would hide)."""
+    gains = torch.exp2(torch.rand(E, n // block_rows, k // 128, device="cuda", generator=g) * 4 - 2)
+    return gains.repeat_interleave(block_rows, 1).repeat_interleave(128, 2)
+
+
 def moe_problem(E, K, h, inter, T, seed, routing="random"):
     """All E experts' logical weights (the same on every rank: one seed), this rank's tokens and routing."""
     P, r = world()
     g = gen(seed)
-    w1 = torch.randn(E, 2 * inter, h, device="cuda", generator=g) / math.sqrt(h)
-    w2 = torch.randn(E, h, inter, device="cuda", generator=g) / math.sqrt(inter)
+    w1 = torch.randn(E, 2 * inter, h, device="cuda", generator=g) / math.sqrt(h) * block_gains(E, 2 * inter, h, 128, g)
+    w2 = torch.randn(E, h, inter, device="cuda", generator=g) / math.sqrt(inter) * block_gains(E, h, inter, 128, g)
     w1, w2 = w1.to(BF16), w2.to(BF16)
     g = gen(seed * 1000 + 1 + r)
-    x = torch.randn(T, h, device="cuda", generator=g).to(BF16)
+    x = (torch.randn(T, h, device="cuda", generator=g) * block_gains(1, T, h, 1, g)[0]).to(BF16)
     if routing == "random":
         ids = torch.rand(T, E, device="cuda", generator=g).topk(K, dim=-1).indices
     elif routing == "balanced":  # as `xstage moe bench`: round-robin over a permutation
@@ -193,8 +201,11 @@ def q_e4m3(x, block_rows, block_cols):
     xb = x.float().reshape(n // block_rows, block_rows, k // block_cols, block_cols)
     amax = xb.abs().amax(dim=(1, 3), keepdim=True)
     tiny = amax < 448.0 * 1.1754943508222875e-38
-    scale = torch.where(tiny, torch.ones_like(amax), amax / 448.0)
-    inv = torch.where(tiny, torch.ones_like(amax), 448.0 / amax)
+    # Tensor by tensor: torch divides by a Python scalar as a multiply by its reciprocal (and 448 / t is
+    # t.reciprocal() * 448), which is not the correctly rounded fp32 quotient the C library uses.
+    e4m3_max = torch.full_like(amax, 448.0)
+    scale = torch.where(tiny, torch.ones_like(amax), amax / e4m3_max)
+    inv = torch.where(tiny, torch.ones_like(amax), e4m3_max / amax)
     codes = (xb * inv).clamp(-448.0, 448.0).to(FP8)
     return codes.reshape(n, k), scale.reshape(n // block_rows, k // block_cols)
 
@@ -205,9 +216,10 @@ def dq(codes, scale, block_rows, block_cols):
     return codes.float() * s
 
 
-def torch_moe(x, ids, wts, w1, w2, fp8=False):
+def torch_moe(x, ids, wts, w1, w2, fp8=False, round_l1_bf16=False):
     """The MoE layer in plain torch, fp32: out[t] = sum_j w[t,j] W2[e] (silu(W1_gate[e] x_t) * W1_up[e] x_t).
-    fp8: the W8A8 layer (tokens and the SwiGLU output quantized per 1x128, weights per 128x128)."""
+    fp8: the W8A8 layer (tokens and the SwiGLU output quantized per 1x128, weights per 128x128).
+    round_l1_bf16: Linear-1's output rounded to bf16 before SwiGLU (as an unfused layer stores it)."""
     inter = w2.shape[2]
     xf = dq(*q_e4m3(x, 1, 128), 1, 128) if fp8 else x.float()
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
@@ -216,6 +228,8 @@ def torch_moe(x, ids, wts, w1, w2, fp8=False):
         a = w1[e].float() if not fp8 else dq(*q_e4m3(w1[e], 128, 128), 128, 128)
         b = w2[e].float() if not fp8 else dq(*q_e4m3(w2[e], 128, 128), 128, 128)
         y = xf[t_idx] @ a.T
+        if round_l1_bf16:
+            y = y.to(BF16).float()
         act = F.silu(y[:, :inter]) * y[:, inter:]
         if fp8:
             act = dq(*q_e4m3(act, 1, 128), 1, 128)
@@ -239,7 +253,7 @@ MOE_SHAPES = [(16, 4, 1024, 512, 256), (8, 2, 1152, 1024, 300), (32, 8, 2048, 76
 @hopper
 @pytest.mark.parametrize("dtype", [BF16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("shape", MOE_SHAPES, ids=lambda s: "E{}_k{}_h{}_i{}_t{}".format(*s))
-def test_moe_matches_torch_reference(comm, shape, dtype):
+def test_moe_matches_torch_reference(comm, shape, dtype, record_property):
     E, K, h, inter, T = shape
     P, r = world()
     if E % P:
@@ -250,9 +264,12 @@ def test_moe_matches_torch_reference(comm, shape, dtype):
     assert out.shape == (T, h) and out.dtype == BF16
     fp8 = dtype == FP8
     err = global_max(rel_l2(out, torch_moe(x, ids, wts, w1, w2, fp8=fp8)))
+    record_property("rel_l2", err)
     assert err <= MOE_REL_L2, f"rel L2 {err:.2e} against the plain-torch {'W8A8' if fp8 else 'bf16'} layer"
     if fp8:
         err_bf16 = global_max(rel_l2(out, torch_moe(x, ids, wts, w1, w2)))
+        record_property("rel_l2_vs_unquantized", err_bf16)
+        record_property("rel_l2_vs_l1_rounded_bf16", global_max(rel_l2(out, torch_moe(x, ids, wts, w1, w2, True, True))))
         assert err_bf16 <= MOE_FP8_VS_BF16_REL_L2, f"W8A8 vs the unquantized layer: rel L2 {err_bf16:.2e}"
 
 
@@ -304,12 +321,14 @@ def test_pack_weights_layout_and_quantization(comm, dtype):
         codes, scales = q_e4m3(w1[e, perm], 128, 128)
         kb = scales.shape[1]
         rows = slice(e * 2 * inter // 128, (e + 1) * 2 * inter // 128)
-        assert torch.equal(packed.w1[e].view(torch.uint8), codes.view(torch.uint8))
+        differ = int((packed.w1[e].view(torch.uint8) != codes.view(torch.uint8)).sum())
+        assert differ == 0, f"expert {e}: {differ} of {codes.numel()} W1 codes differ from the torch emulation"
         assert torch.equal(packed.w1_scales[rows, :kb], scales)
         assert bool((packed.w1_scales[rows, kb:] == 1).all())  # padding entries
         codes, scales = q_e4m3(w2[e], 128, 128)
         rows = slice(e * h // 128, (e + 1) * h // 128)
-        assert torch.equal(packed.w2[e].view(torch.uint8), codes.view(torch.uint8))
+        differ = int((packed.w2[e].view(torch.uint8) != codes.view(torch.uint8)).sum())
+        assert differ == 0, f"expert {e}: {differ} of {codes.numel()} W2 codes differ from the torch emulation"
         assert torch.equal(packed.w2_scales[rows, : scales.shape[1]], scales)
 
 

@@ -42,7 +42,7 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --forma
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
 
 step "pytest tests/python"
-timed "pytest" -- timeout 600 python3 -m pytest -q -rs -p no:cacheprovider tests/python --junitxml "$W/pytest.xml" || failures=$((failures+1))
+timed "pytest" -- timeout 600 python3 -m pytest -q -rs -p no:cacheprovider -o junit_family=legacy tests/python --junitxml "$W/pytest.xml" || failures=$((failures+1))
 
 step "the ops through torch, and the same kernels through the CLI"
 timed "time_ops" -- timeout 300 python3 tests/python/gpu/time_ops.py --moe-dtypes bf16 --out "$W/time_ops.json" || failures=$((failures+1))

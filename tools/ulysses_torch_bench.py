@@ -10,7 +10,7 @@ Per rank: head-sharded q, k, v [B, H/P, M, d] (what the pre-attention all-to-all
   sdpa       the attention alone (cuDNN backend);
   sdpa_a2a   the attention, [B, H/P, M, d] -> [P, B, M/P, H/P, d], all_to_all_single, -> [B, M/P, H, d].
 Timing: warm-up, then per trial all ranks line up (barrier), `--inner` back-to-back calls between CUDA events,
-time per call; the trial's time is the max over ranks; the median over trials is reported (BRIEF §5's
+time per call; the trial's time is the max over ranks; the median over trials is reported (the paper's
 protocol, as in the xstage bench). Writes JSON with the torch, cuDNN and NCCL versions.
 """
 import argparse

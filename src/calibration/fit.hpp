@@ -1,7 +1,7 @@
 // Fitting the platform triple M_X = (T_iss0(K, V), R, Q(K)) of the Burst–Gap model (paper §3.3–3.6)
 // from measured BurstSamples, and validating it on gap sweeps it never saw.
 //
-// Recipe (BRIEF §2), one store path at a time, each quantity from its own sweep, no refit afterwards:
+// Recipe (docs/CALIBRATION.md, paper §3.3), one store path at a time, each quantity from its own sweep, no refit afterwards:
 //   T_iss0 : plateau sweep (periodic, remote, large G): T_iss0(K, B) = measured T_iss, one grid point per
 //            (K, B), median over ranks.
 //   R      : zero-gap sweep (periodic, G = 0): on drain-dominated remote points T_period = V / R (eq. 2);

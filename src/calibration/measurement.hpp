@@ -20,7 +20,7 @@ using model::StorePath;
 enum class Mode { periodic, isolated };
 // Remote: stores go to a peer GPU over NVLink. Local: the same loop into this GPU's own memory (control).
 enum class Destination { remote, local };
-// Which calibration sweep a sample belongs to (BRIEF §2). The fit uses zero_gap (R), plateau (T_iss0)
+// Which calibration sweep a sample belongs to (paper §3.3). The fit uses zero_gap (R), plateau (T_iss0)
 // and isolated (Q); gap samples are only predicted, never fitted, so the tag keeps a gap-sweep point
 // that happens to sit at G = 0 or at a large G out of the fit. `unset` is rejected by the fit.
 enum class Sweep { unset, zero_gap, plateau, gap, isolated };

@@ -1,4 +1,4 @@
-// What `xstage calibrate` measures: the grids of K, B and G for each sweep (BRIEF §2), as pure
+// What `xstage calibrate` measures: the grids of K, B and G for each sweep (paper §3.3), as pure
 // functions of the GPU's SM count and the user's options, so they are testable without a GPU.
 #pragma once
 

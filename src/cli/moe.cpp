@@ -735,7 +735,7 @@ void add_moe_command(CLI::App& app) {
     if (args->impl.empty()) args->impl = "unfused-loop,unfused-grouped,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved";
     spawn_or_run(*args, true);
   });
-  CLI::App* bench = moe->add_subcommand("bench", "Time the layer over a grid (BRIEF §5: untimed first run, barrier-aligned\n"
+  CLI::App* bench = moe->add_subcommand("bench", "Time the layer over a grid (the paper's protocol: untimed first run, barrier-aligned\n"
                                                  "trials, max over ranks, median), TFLOP/s and NVLink GB/s per rank.");
   common(bench);
   bench->add_option("--config", args->config, "grid file (default: the shipped configs/moe_grid.json)");
@@ -744,7 +744,7 @@ void add_moe_command(CLI::App& app) {
   bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500;\n"
                                                     "the same number of forwards on every rank)");
   bench->add_option("--trial-gap-ms", args->trial_gap_ms,
-                    "idle time before each timed trial (default 0: back to back, BRIEF §5). A gap lets the GPU's power\n"
+                    "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
                     "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
                     "layer's time the power limit sets");
   bench->add_option("--trace", args->trace_dir,

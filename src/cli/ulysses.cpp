@@ -261,7 +261,7 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
 
 // ---- bench ----------------------------------------------------------------------------------------------
 
-// The paper's protocol for attention (BRIEF §5): sender-side steady state, back-to-back replay through a CUDA
+// The paper's protocol for attention (the paper's evaluation protocol): sender-side steady state, back-to-back replay through a CUDA
 // graph of `replays` calls; per trial all ranks line up, the time per call is the graph's time / replays, the
 // trial's time the max over ranks; the median over trials is reported. The variants of one shape are captured
 // first and then timed in turn within every trial (FA-only, fused, serial, ... each once per trial), so clock

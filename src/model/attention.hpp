@@ -1,5 +1,5 @@
 // FlashAttention with the post-attention Ulysses all-to-all fused into its epilogue: piggyback on the
-// Q-loop (paper §4.3, BRIEF §4).
+// Q-loop (paper §4.3).
 //
 // Each persistent CTA that finishes a b_m×d output tile remote-stores it (B_t = b_m·d·s_out bytes) and
 // starts its next tile; the next tile's full Q-loop over ceil(M/b_n) KV tiles is the drain window.

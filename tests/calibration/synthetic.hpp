@@ -1,5 +1,5 @@
 // Synthetic BurstSamples from a known Burst–Gap triple, with the sweep structure of `xstage calibrate`
-// (BRIEF §2 and src/calibration/fit.hpp) and seeded multiplicative noise. Shared by the calibration tests.
+// (paper §3.3 and src/calibration/fit.hpp) and seeded multiplicative noise. Shared by the calibration tests.
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// fp8 W8A8 building blocks shared by the CPU reference and the kernels (issue 5): the OCP FP8 E4M3FN
+// fp8 W8A8 building blocks shared by the CPU reference and the kernels: the OCP FP8 E4M3FN
 // format and the block-scale conventions. Header only, XSTAGE_HD, no CUDA headers.
 //
 // E4M3FN (OCP 8-bit floating point, "fn" = finite + NaN): S.EEEE.MMM, exponent bias 7.

@@ -1,4 +1,4 @@
-// Host-side fp8 W8A8 quantization (issue 5) in the layouts the kernel will read, its inverse, and the
+// Host-side fp8 W8A8 quantization in the layouts the kernel will read, its inverse, and the
 // block-scaled GEMM with fp32 promotion that the CPU reference runs. Conventions: fp8.hpp.
 //
 // Layouts (every pitch in elements; all buffers start 128 B aligned when the kernel allocates them):

@@ -1,4 +1,4 @@
-// The MoE layer one MegaMoE launch computes, and the tile grid it is cut into (BRIEF §3, paper §4.2).
+// The MoE layer one MegaMoE launch computes, and the tile grid it is cut into (paper §4.2).
 //
 // Expert parallelism over P ranks: rank r owns the E/P experts [r·E_local, (r+1)·E_local). Every rank
 // holds up to T tokens of width h and, per token, top_k expert ids and weights (the router runs outside).

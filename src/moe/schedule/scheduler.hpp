@@ -1,4 +1,4 @@
-// The two tile streams of one rank and the two schedules that merge them (BRIEF §3, paper §4.2).
+// The two tile streams of one rank and the two schedules that merge them (paper §4.2).
 //
 // Scheduler rows: p = one (local expert, m-block) pair, numbered expert by expert (O_e = the expert's first
 // row, from expert_first_rows in routing.hpp); experts with no tokens have no rows. Row p is dispatch rows

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <set>
 
 #include "common/error.hpp"
 #include "model/units.hpp"
@@ -140,6 +142,271 @@ MoeAudit audit_moe(const PlatformPoint& p, const MoeKernel& k) {
     a.verdict = Verdict::piggyback;
   a.action = moe_action(a);
   return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The combine from the kernel's injection: an event-driven fluid simulation (see moe.hpp).
+// ---------------------------------------------------------------------------------------------
+
+const char* to_string(StallCause cause) {
+  switch (cause) {
+    case StallCause::none: return "none";
+    case StallCause::issue: return "issue";
+    case StallCause::capacity: return "capacity";
+    case StallCause::drain: return "drain";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void validate_injection(const PlatformPoint& p, const CombineInjection& in) {
+  validate_platform_point(p, "combine simulation platform");
+  if (in.staging_slots < 1) throw InputError("combine simulation: at least one staging slot per CTA");
+  require_positive(in.B_ref_bytes, "combine simulation: reference burst B_ref");
+  if (!std::isfinite(in.latency_ns) || in.latency_ns < 0.0)
+    throw InputError("combine simulation: the fence latency must be a non-negative time");
+  for (std::size_t c = 0; c < in.ctas.size(); ++c) {
+    double last = 0.0;
+    for (const CombineBurst& b : in.ctas[c]) {
+      if (!std::isfinite(b.ready_ns) || b.ready_ns < 0.0 || !std::isfinite(b.bytes) || b.bytes < 0.0)
+        throw InputError("combine simulation: CTA " + std::to_string(c) + " has a tile with a negative or non-finite time or size");
+      if (b.ready_ns < last)
+        throw InputError("combine simulation: CTA " + std::to_string(c) + "'s tiles must be ready in walk order");
+      last = b.ready_ns;
+    }
+  }
+}
+
+// One CTA: its consumers' staging and its storers.
+struct CombineCta {
+  const std::vector<CombineBurst>* tiles = nullptr;
+  std::size_t base = 0;      // its first tile in CombineAudit::tiles
+  int next_stage = 0;        // the next tile its consumers stage
+  int next_store = 0;        // the next tile its storers take
+  double shift = 0.0;        // Σ of its earlier stalls (when they propagate)
+  bool issuing = false;
+  double remaining = 0.0;    // bytes of the tile being issued
+  int draining = -1;         // the tile between its storers' start and its fence, or -1
+};
+
+class CombineSimulation {
+ public:
+  CombineSimulation(const PlatformPoint& p, const CombineInjection& in)
+      : p_(p), in_(in), rate_(in.B_ref_bytes / p.T_iss0_ns), eps_bytes_(1e-9 * in.B_ref_bytes) {
+    std::size_t n = 0;
+    ctas_.resize(in.ctas.size());
+    for (std::size_t c = 0; c < in.ctas.size(); ++c) {
+      ctas_[c].tiles = &in.ctas[c];
+      ctas_[c].base = n;
+      n += in.ctas[c].size();
+    }
+    a_.tiles.resize(n);
+    freed_.assign(n, kInf);
+    for (std::size_t c = 0; c < in.ctas.size(); ++c)
+      for (std::size_t i = 0; i < in.ctas[c].size(); ++i) {
+        CombineTileTiming& t = a_.tiles[ctas_[c].base + i];
+        t.cta = static_cast<int>(c);
+        t.ready_ns = in.ctas[c][i].ready_ns;
+        t.T_iss0_ns = in.ctas[c][i].bytes / rate_;
+        first_ready_ = std::min(first_ready_, t.ready_ns);
+      }
+    eps_ns_ = 1e-9 * std::max(1.0, p.T_iss0_ns);
+  }
+
+  CombineAudit run() {
+    if (a_.tiles.empty()) return a_;
+    t_ = first_ready_;
+    const double max_events = 16.0 * static_cast<double>(a_.tiles.size()) + 1e5;
+    for (;;) {
+      transitions();
+      const double dt = next_event();
+      if (dt == kInf) break;
+      advance(dt);
+      if (static_cast<double>(++a_.events) > max_events)
+        throw Error("combine simulation: no progress after " + std::to_string(a_.events) + " events (internal error)");
+    }
+    for (const CombineCta& c : ctas_)
+      if (c.next_store < static_cast<int>(c.tiles->size()) || c.draining >= 0)
+        throw Error("combine simulation: a CTA did not drain all its tiles (internal error)");
+    summarize_run();
+    return std::move(a_);
+  }
+
+ private:
+  double slot_free_time(const CombineCta& c, int i) const {
+    return i < in_.staging_slots ? -kInf : freed_[c.base + i - in_.staging_slots];
+  }
+
+  // Everything that happens at t_ without time passing: fences that return, tiles staged, storers starting.
+  void transitions() {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (CombineCta& c : ctas_) {
+        const int n = static_cast<int>(c.tiles->size());
+        if (c.draining >= 0 && !c.issuing && a_.tiles[c.base + c.draining].drained_ns <= t_ + eps_ns_) {
+          starts_.erase(starts_.find(a_.tiles[c.base + c.draining].start_ns));
+          c.draining = -1;
+          moved = true;
+        }
+        if (c.next_stage < n) {
+          const int i = c.next_stage;
+          const double ready = (*c.tiles)[i].ready_ns + c.shift;
+          if (std::max(ready, slot_free_time(c, i)) <= t_ + eps_ns_) stage(c, i, ready), moved = true;
+        }
+        if (!c.issuing && c.draining < 0 && c.next_store < c.next_stage) start(c, c.next_store++), moved = true;
+      }
+    }
+  }
+
+  void stage(CombineCta& c, int i, double ready) {
+    CombineTileTiming& t = a_.tiles[c.base + i];
+    t.ready_ns = ready;
+    t.staged_ns = t_;
+    t.stall_ns = std::max(0.0, t_ - ready);
+    if (i >= in_.staging_slots) {
+      CombineTileTiming& held = a_.tiles[c.base + i - in_.staging_slots];
+      cover_.push_back(ready - held.staged_ns);
+      if (t.stall_ns > 0.0) {
+        const double queue = held.start_ns - held.staged_ns, issue = held.T_iss0_ns,
+                     throttle = held.issued_ns - held.start_ns - held.T_iss0_ns;
+        t.cause = queue >= issue && queue >= throttle ? StallCause::drain
+                  : throttle >= issue                 ? StallCause::capacity
+                                                      : StallCause::issue;
+      }
+    }
+    if (in_.propagate_stalls) c.shift += t.stall_ns;
+    ++c.next_stage;
+  }
+
+  void start(CombineCta& c, int i) {
+    CombineTileTiming& t = a_.tiles[c.base + i];
+    t.start_ns = t_;
+    starts_.insert(t_);
+    c.draining = i;
+    t.draining_at_start = static_cast<int>(starts_.size());
+    t.spread_ns = t_ - *starts_.begin();
+    c.remaining = (*c.tiles)[i].bytes;
+    c.issuing = true;
+    if (c.remaining <= eps_bytes_) finish_issue(c);  // nothing remote to store: only the fence
+  }
+
+  void finish_issue(CombineCta& c) {
+    CombineTileTiming& t = a_.tiles[c.base + c.draining];
+    c.issuing = false;
+    t.issued_ns = t_;
+    t.drained_ns = t_ + q_ / p_.R_bytes_per_ns + in_.latency_ns;  // FIFO: the bytes ahead drain first, at R
+    freed_[c.base + c.draining] = t_;
+  }
+
+  struct Rates {
+    int issuing = 0;
+    bool throttled = false;
+    double per_cta = 0.0;  // acceptance per issuing CTA
+    double dq = 0.0;
+  };
+  Rates rates() const {
+    Rates r;
+    for (const CombineCta& c : ctas_) r.issuing += c.issuing;
+    const double offered = r.issuing * rate_, R = p_.R_bytes_per_ns;
+    r.throttled = q_ >= p_.Q_bytes - eps_bytes_ && offered > R;
+    r.per_cta = r.throttled ? R / r.issuing : rate_;
+    if (!r.throttled && (q_ > eps_bytes_ || offered > R)) r.dq = offered - R;
+    return r;
+  }
+
+  double next_event() const {
+    const Rates r = rates();
+    double dt = kInf;
+    for (const CombineCta& c : ctas_) {
+      if (c.issuing) dt = std::min(dt, c.remaining / r.per_cta);
+      else if (c.draining >= 0) dt = std::min(dt, a_.tiles[c.base + c.draining].drained_ns - t_);
+      if (c.next_stage < static_cast<int>(c.tiles->size())) {
+        const int i = c.next_stage;
+        const double at = std::max((*c.tiles)[i].ready_ns + c.shift, slot_free_time(c, i));
+        if (at < kInf) dt = std::min(dt, at - t_);
+      }
+    }
+    if (r.dq > 0.0) dt = std::min(dt, (p_.Q_bytes - q_) / r.dq);
+    if (r.dq < 0.0) dt = std::min(dt, q_ / -r.dq);
+    return dt == kInf ? kInf : std::max(dt, 0.0);
+  }
+
+  void advance(double dt) {
+    const Rates r = rates();
+    t_ += dt;
+    q_ = std::clamp(q_ + r.dq * dt, 0.0, p_.Q_bytes);
+    if (r.dq > 0.0 && p_.Q_bytes - q_ <= eps_bytes_) q_ = p_.Q_bytes;
+    if (r.dq < 0.0 && q_ <= eps_bytes_) q_ = 0.0;
+    a_.q_peak_bytes = std::max(a_.q_peak_bytes, q_);
+    if (r.throttled && dt > 0.0) throttled_ns_ += dt;
+    for (CombineCta& c : ctas_) {
+      if (!c.issuing) continue;
+      if (r.throttled && dt > 0.0) a_.tiles[c.base + c.draining].throttled = true;
+      c.remaining -= r.per_cta * dt;
+      if (c.remaining <= eps_bytes_) finish_issue(c);
+    }
+  }
+
+  void summarize_run() {
+    std::vector<double> kact, spread, rs, fence, stall;
+    double last = first_ready_, bytes = 0.0;
+    std::size_t stalled = 0;
+    for (const CombineTileTiming& t : a_.tiles) {
+      kact.push_back(t.draining_at_start);
+      spread.push_back(t.spread_ns);
+      rs.push_back(t.issued_ns - t.staged_ns);
+      fence.push_back(t.drained_ns - t.staged_ns);
+      stall.push_back(t.stall_ns);
+      stalled += t.stall_ns > 0.0;
+      a_.stall_by_cause_ns[static_cast<int>(t.cause)] += t.stall_ns;
+      last = std::max(last, t.drained_ns);
+    }
+    for (std::size_t c = 0; c < ctas_.size(); ++c) {
+      double sum = 0.0;
+      for (std::size_t i = 0; i < ctas_[c].tiles->size(); ++i) {
+        sum += a_.tiles[ctas_[c].base + i].stall_ns;
+        bytes += (*ctas_[c].tiles)[i].bytes;
+      }
+      a_.stall_ns_per_cta += sum / static_cast<double>(ctas_.size());
+      a_.stall_ns_max_cta = std::max(a_.stall_ns_max_cta, sum);
+    }
+    a_.K_act = summarize(std::move(kact));
+    a_.spread_ns = summarize(std::move(spread));
+    a_.T_RS_ns = summarize(std::move(rs));
+    a_.T_fence_ns = summarize(std::move(fence));
+    a_.T_cover_ns = summarize(std::move(cover_));
+    a_.stall_ns = summarize(std::move(stall));
+    a_.stalled_fraction = static_cast<double>(stalled) / static_cast<double>(a_.tiles.size());
+    a_.span_ns = last - first_ready_;
+    a_.throttled_fraction = a_.span_ns > 0.0 ? throttled_ns_ / a_.span_ns : 0.0;
+    a_.injection_bytes_per_ns = a_.span_ns > 0.0 ? bytes / a_.span_ns : 0.0;
+    double most = 0.0;
+    for (StallCause cause : {StallCause::issue, StallCause::capacity, StallCause::drain})
+      if (a_.stall_by_cause_ns[static_cast<int>(cause)] > most) most = a_.stall_by_cause_ns[static_cast<int>(cause)], a_.binds = cause;
+  }
+
+  const PlatformPoint p_;
+  const CombineInjection& in_;
+  const double rate_;  // per-CTA acceptance with no back-pressure: B_ref / T_iss0
+  const double eps_bytes_;
+  double eps_ns_ = 0.0;
+  std::vector<CombineCta> ctas_;
+  std::vector<double> freed_;     // per tile: its slot is free (the last store issued), +inf until then
+  std::multiset<double> starts_;  // storer start times of the tiles draining now
+  std::vector<double> cover_;
+  CombineAudit a_;
+  double t_ = 0.0, q_ = 0.0, throttled_ns_ = 0.0, first_ready_ = kInf;
+};
+
+}  // namespace
+
+CombineAudit simulate_combine(const PlatformPoint& p, const CombineInjection& injection) {
+  validate_injection(p, injection);
+  return CombineSimulation(p, injection).run();
 }
 
 }  // namespace xstage::model

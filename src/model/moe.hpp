@@ -1,4 +1,4 @@
-// MegaMoE under the Burst–Gap model: reshape the injection (paper §4.2, BRIEF §3).
+// MegaMoE under the Burst–Gap model: reshape the injection (paper §4.2).
 //
 // Each Linear-2 tile's epilogue remote-stores its b_m×b_n output rows into the combine buffer; K_act
 // producers align on one tile boundary, so the aggregate burst is V = K_act·b_m·b_n·s_out. Under the
@@ -8,8 +8,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/burst_gap.hpp"
+#include "model/simulator.hpp"
 
 namespace xstage::model {
 
@@ -84,5 +86,85 @@ struct MoeAudit {
 
 // Throws InputError for non-positive shapes, times or mix.
 MoeAudit audit_moe(const PlatformPoint& p, const MoeKernel& kernel);
+
+// ---------------------------------------------------------------------------------------------
+// The combine from the kernel's real injection (docs/MODEL.md, "The MoE audit from the kernel's
+// injection"). audit_moe above assumes K_act producers whose Linear-2 epilogues align, periodically, with a
+// gap of one mainloop: the worst case. Here every Linear-2 tile is its own burst, at the time the schedule's
+// lockstep simulation of the kernel's walk ends its mainloop (moe/schedule/schedule_host.hpp builds the
+// input), and each CTA's staging slots and storers follow the kernel's protocol (kernel/storer.cuh):
+//   consumers  stage tile i at w_i = max(ready_i, free_{i-S}) with S staging slots (kStagingSlots: 1 at
+//              b_n = 256, 2 at b_n = 128); the wait w_i - ready_i is the MMA stall Δt_i (the staging-slot
+//              wait the kernel counts) and, by default, delays every later tile of the CTA;
+//   storers    start tile i at s_i = max(w_i, drained_{i-1}) (one tile at a time, each closed by a system
+//              fence); issue its remote bytes at B_ref/T_iss0 per CTA while the X-Stage accepts; free the
+//              slot when the last store is issued (free_i); the fence returns at
+//              drained_i = free_i + q(free_i)/R + T_lat (the bytes ahead of it drain first, at R).
+// The X-Stage is the fluid model of simulator.hpp: accepted bytes join q, which drains at R; while q = Q,
+// acceptance is throttled to R, shared by the issuing CTAs.
+// Per tile: T_RS = free_i - w_i, the sender-visible span the MMA can see (the paper's T_iss0 + ΔT_iss, plus
+// any wait for the previous tile's fence), T_cover = ready_{i+S} - w_i (the MMA work before the slot is needed
+// again: the next L2 mainloop under waves, the inserted L1 mainloop(s) and the next L2 mainloop under
+// interleaving), and Δt_{i+S} = [T_RS - T_cover]+ (Eq. 15). With S = 1, an idle storer and no throttling this
+// is exactly Eq. 15 with T_RS = T_iss0.
+// ---------------------------------------------------------------------------------------------
+
+struct CombineBurst {
+  double ready_ns = 0.0;  // the tile's mainloop ended: its consumers want a staging slot
+  double bytes = 0.0;     // the bytes its storers send through the X-Stage (the remote rows)
+};
+
+struct CombineInjection {
+  std::vector<std::vector<CombineBurst>> ctas;  // per CTA, its Linear-2 tiles in walk order (ready_ns ascending)
+  int staging_slots = 1;                        // S
+  double B_ref_bytes = 0.0;                     // the burst T_iss0 is quoted for (a full tile's remote bytes)
+  double latency_ns = 1000.0;                   // T_lat: a fence's return after its bytes have drained
+  bool propagate_stalls = true;                 // a stall delays the CTA's later tiles
+};
+
+// Why a tile's slot was still held when the MMA needed it (the largest part of the span that outlasted
+// the cover): the storers were still waiting for the previous tile's fence (drain: the bytes ahead of it in
+// the X-Stage, at R), its issue was throttled at Q (capacity), or T_iss0 alone outlasted the cover (issue).
+enum class StallCause { none, issue, capacity, drain };
+const char* to_string(StallCause cause);
+
+struct CombineTileTiming {
+  int cta = 0;
+  double ready_ns = 0.0;   // as given, plus the CTA's earlier stalls when they propagate
+  double staged_ns = 0.0;  // w
+  double start_ns = 0.0;   // s: the storers begin
+  double issued_ns = 0.0;  // free: the last store issued, the slot is free
+  double drained_ns = 0.0; // the fence returned
+  double stall_ns = 0.0;   // Δt of this tile: staged - ready
+  double T_iss0_ns = 0.0;  // its unhindered issue time (bytes / per-CTA rate)
+  bool throttled = false;  // its issue was throttled at Q
+  int draining_at_start = 0;  // K_act as the kernel counts it: CTAs in [start, drained), itself included
+  double spread_ns = 0.0;     // start minus the earliest start among those draining at once (phase spread)
+  StallCause cause = StallCause::none;  // of this tile's stall (attributed to the tile that held the slot)
+};
+
+struct CombineAudit {
+  std::vector<CombineTileTiming> tiles;  // every tile (CTA by CTA, walk order)
+  Distribution K_act;       // draining_at_start over tiles
+  Distribution spread_ns;   // phase spread over tiles
+  Distribution T_RS_ns;     // staged -> slot free
+  Distribution T_fence_ns;  // staged -> drained (the kernel trace's drained - staged)
+  Distribution T_cover_ns;  // staged -> the MMA needs the slot again (tiles with a successor S later)
+  Distribution stall_ns;    // Δt per tile
+  double stalled_fraction = 0.0;    // tiles with Δt > 0
+  double stall_ns_per_cta = 0.0;    // Σ Δt / CTAs
+  double stall_ns_max_cta = 0.0;    // the most one CTA stalled
+  double stall_by_cause_ns[4] = {}; // Σ Δt by StallCause
+  StallCause binds = StallCause::none;  // the cause with the largest Σ Δt (none: no tile stalled)
+  double q_peak_bytes = 0.0;
+  double throttled_fraction = 0.0;  // of the time from the first ready to the last fence
+  double injection_bytes_per_ns = 0.0;  // all bytes over that time: the long-run rate against R
+  double span_ns = 0.0;                 // first ready -> last fence returned
+  std::size_t events = 0;
+};
+
+// Throws InputError for an invalid platform point, S < 1, B_ref <= 0, a negative latency, non-finite or
+// negative ready times or bytes, or ready times that decrease within a CTA.
+CombineAudit simulate_combine(const PlatformPoint& p, const CombineInjection& injection);
 
 }  // namespace xstage::model

@@ -1,0 +1,182 @@
+// The combine from the kernel's injection (model::simulate_combine): every Linear-2 tile a burst through its
+// CTA's staging slots, storers and the fluid X-Stage. Checked against the closed forms where they apply
+// (Eq. 6 for aligned bursts, Eq. 15 for one CTA), and for the kernel's protocol (slots, fences, propagation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.hpp"
+#include "model/moe.hpp"
+#include "model/units.hpp"
+
+namespace xstage::model {
+namespace {
+
+constexpr PlatformPoint kPaper{760.0, 717.0, 4.25 * MiB};
+
+CombineInjection one_cta(const std::vector<double>& ready, double bytes, int slots, double latency_ns) {
+  CombineInjection in;
+  in.ctas.resize(1);
+  for (double t : ready) in.ctas[0].push_back({t, bytes});
+  in.staging_slots = slots;
+  in.B_ref_bytes = bytes;
+  in.latency_ns = latency_ns;
+  return in;
+}
+
+TEST(MoeInjection, OneTileAloneIssuesInTiss0AndDrainsAtOnce) {
+  const CombineAudit a = simulate_combine(kPaper, one_cta({1000.0}, 32 * KiB, 1, 500.0));
+  ASSERT_EQ(a.tiles.size(), 1u);
+  const CombineTileTiming& t = a.tiles[0];
+  EXPECT_DOUBLE_EQ(t.staged_ns, 1000.0);
+  EXPECT_DOUBLE_EQ(t.start_ns, 1000.0);
+  EXPECT_NEAR(t.issued_ns - t.start_ns, kPaper.T_iss0_ns, 1e-6);  // one CTA offers B/T_iss0 << R: q stays 0
+  EXPECT_NEAR(t.drained_ns - t.issued_ns, 500.0, 1e-6);           // nothing ahead of it: the latency alone
+  EXPECT_EQ(t.draining_at_start, 1);
+  EXPECT_DOUBLE_EQ(t.stall_ns, 0.0);
+  EXPECT_FALSE(t.throttled);
+  EXPECT_EQ(a.binds, StallCause::none);
+  EXPECT_DOUBLE_EQ(a.q_peak_bytes, 0.0);
+}
+
+// K CTAs staging one tile each at the same instant: the aligned burst of Eq. 6, T_iso = max(T_iss0, (V - Q)/R),
+// and the last fence returns once all of V has drained.
+TEST(MoeInjection, AlignedBurstsReproduceEq6) {
+  for (int K : {4, 66, 148}) {
+    CombineInjection in;
+    in.ctas.assign(K, {{0.0, 48 * KiB}});
+    in.B_ref_bytes = 48 * KiB;
+    in.latency_ns = 0.0;
+    const CombineAudit a = simulate_combine(kPaper, in);
+    const double V = K * 48 * KiB;
+    for (std::size_t i = 0; i < a.tiles.size(); ++i) {
+      const CombineTileTiming& t = a.tiles[i];
+      EXPECT_NEAR(t.issued_ns, isolated_issue_time_ns(kPaper, V), 1e-6 * V) << K;
+      // Simultaneous starts count 1, 2, ..., K, as the kernel's atomic counter does.
+      EXPECT_EQ(t.draining_at_start, static_cast<int>(i) + 1);
+      EXPECT_DOUBLE_EQ(t.spread_ns, 0.0);
+    }
+    if (V - kPaper.Q_bytes > kPaper.R_bytes_per_ns * kPaper.T_iss0_ns) {
+      // Overflowing: throttled at Q, everything accepted at (V - Q)/R and drained at V/R.
+      EXPECT_TRUE(a.tiles[0].throttled) << K;
+      EXPECT_NEAR(a.tiles[0].drained_ns, V / kPaper.R_bytes_per_ns, 1e-6 * V) << K;
+      EXPECT_NEAR(a.q_peak_bytes, kPaper.Q_bytes, 1.0) << K;
+    } else {
+      EXPECT_FALSE(a.tiles[0].throttled) << K;
+    }
+    EXPECT_NEAR(a.K_act.mean, (K + 1) / 2.0, 1e-12);
+    EXPECT_DOUBLE_EQ(a.K_act.max, K);
+  }
+}
+
+// One CTA, one slot, an idle storer, no fence latency, no back-pressure: Δt = [T_RS - T_cover]+ with
+// T_RS = T_iss0 and T_cover = the gap between the tiles' mainloop ends (Eq. 15).
+TEST(MoeInjection, OneCtaOneSlotIsEq15) {
+  for (double gap : {200.0, 500.0, 760.0, 1500.0}) {
+    const CombineAudit a = simulate_combine(kPaper, one_cta({0.0, gap, 2 * gap, 3 * gap}, 32 * KiB, 1, 0.0));
+    const double expect = critical_path_stall_ns(kPaper.T_iss0_ns, gap);
+    for (std::size_t i = 1; i < a.tiles.size(); ++i) {
+      // With propagation a stall pushes the next tile out by the same amount, so every later tile sees the
+      // same cover again: the same stall per tile.
+      EXPECT_NEAR(a.tiles[i].stall_ns, expect, 1e-6) << gap << " tile " << i;
+      if (expect > 0.0) EXPECT_EQ(a.tiles[i].cause, StallCause::issue);
+    }
+    EXPECT_DOUBLE_EQ(a.tiles[0].stall_ns, 0.0);
+    EXPECT_NEAR(a.T_cover_ns.mean, gap, 1e-6) << gap;
+  }
+}
+
+TEST(MoeInjection, TwoSlotsHideWhatOneSlotStalls) {
+  // Tiles every 500 ns, T_iss0 = 760 ns: one slot stalls 260 ns a tile; with two, the MMA is two tiles ahead
+  // and the storer's 760 ns per tile is the bottleneck only at a rate of 1/760 ns: still stalls, but less.
+  std::vector<double> ready;
+  for (int i = 0; i < 20; ++i) ready.push_back(500.0 * i);
+  const CombineAudit one = simulate_combine(kPaper, one_cta(ready, 32 * KiB, 1, 0.0));
+  const CombineAudit two = simulate_combine(kPaper, one_cta(ready, 32 * KiB, 2, 0.0));
+  EXPECT_GT(one.stall_ns_per_cta, two.stall_ns_per_cta);
+  EXPECT_GT(two.stall_ns_per_cta, 0.0);  // 20 tiles at 500 ns, drained at 760 ns each: the storer falls behind
+  // Every tile is issued back to back by the storers in the end: the span is set by 20 × T_iss0.
+  EXPECT_NEAR(two.tiles.back().issued_ns, 20 * kPaper.T_iss0_ns, 1e-6);
+  // Tiles far apart never stall, whatever the slots.
+  const CombineAudit far = simulate_combine(kPaper, one_cta({0.0, 5000.0, 10000.0}, 32 * KiB, 1, 1000.0));
+  EXPECT_DOUBLE_EQ(far.stall_ns_per_cta, 0.0);
+  EXPECT_EQ(far.binds, StallCause::none);
+}
+
+TEST(MoeInjection, TheStorerWaitsForThePreviousFence) {
+  // Fence latency 3 us, tiles 1 us apart, two slots: the storers take tile i+1 only after tile i's fence, so
+  // the slots fill up and the stall is the fence chain's (drain), not the issue's.
+  std::vector<double> ready;
+  for (int i = 0; i < 8; ++i) ready.push_back(1000.0 * i);
+  const CombineAudit a = simulate_combine(kPaper, one_cta(ready, 32 * KiB, 2, 3000.0));
+  for (std::size_t i = 1; i < a.tiles.size(); ++i)
+    EXPECT_GE(a.tiles[i].start_ns + 1e-9, a.tiles[i - 1].drained_ns) << i;  // one tile at a time
+  EXPECT_GT(a.stall_ns_per_cta, 0.0);
+  EXPECT_EQ(a.binds, StallCause::drain);
+  // Without propagation the stalls accumulate against the original ready times instead.
+  CombineInjection fixed = one_cta(ready, 32 * KiB, 2, 3000.0);
+  fixed.propagate_stalls = false;
+  const CombineAudit b = simulate_combine(kPaper, fixed);
+  EXPECT_GT(b.stall_ns_per_cta, a.stall_ns_per_cta);
+}
+
+TEST(MoeInjection, ThrottledIssueIsCapacityBound) {
+  // 148 CTAs, each a tile every 2 us: the aligned 148 × 64 KiB overflows Q, the issue is throttled, and the
+  // slot is held past the next mainloop end.
+  CombineInjection in;
+  in.ctas.assign(148, {});
+  for (auto& c : in.ctas)
+    for (int i = 0; i < 4; ++i) c.push_back({2000.0 * i, 64 * KiB});
+  in.B_ref_bytes = 64 * KiB;
+  in.latency_ns = 0.0;
+  const CombineAudit a = simulate_combine(kPaper, in);
+  EXPECT_TRUE(a.tiles[0].throttled);
+  EXPECT_GT(a.stall_ns_per_cta, 0.0);
+  EXPECT_EQ(a.binds, StallCause::capacity);
+  EXPECT_GT(a.throttled_fraction, 0.0);
+  EXPECT_LE(a.q_peak_bytes, kPaper.Q_bytes + 1.0);
+}
+
+TEST(MoeInjection, KactCountsTheDrainingCtasAndTheirPhaseSpread) {
+  // Three CTAs, 1 us apart, each draining for T_iss0 + 5 us: the third starts while both others drain.
+  CombineInjection in;
+  in.ctas = {{{0.0, 8 * KiB}}, {{1000.0, 8 * KiB}}, {{2000.0, 8 * KiB}}};
+  in.B_ref_bytes = 8 * KiB;
+  in.latency_ns = 5000.0;
+  const CombineAudit a = simulate_combine(kPaper, in);
+  EXPECT_EQ(a.tiles[0].draining_at_start, 1);
+  EXPECT_EQ(a.tiles[1].draining_at_start, 2);
+  EXPECT_EQ(a.tiles[2].draining_at_start, 3);
+  EXPECT_DOUBLE_EQ(a.tiles[2].spread_ns, 2000.0);
+  EXPECT_DOUBLE_EQ(a.K_act.mean, 2.0);
+  EXPECT_DOUBLE_EQ(a.K_act.max, 3.0);
+}
+
+TEST(MoeInjection, EmptyAndBadInput) {
+  CombineInjection in;
+  in.B_ref_bytes = 1.0;
+  EXPECT_TRUE(simulate_combine(kPaper, in).tiles.empty());  // no tiles: nothing to do
+  in.ctas = {{{0.0, 0.0}}};  // a tile with no remote rows: only the fence
+  in.latency_ns = 700.0;
+  const CombineAudit z = simulate_combine(kPaper, in);
+  EXPECT_DOUBLE_EQ(z.tiles[0].issued_ns, 0.0);
+  EXPECT_DOUBLE_EQ(z.tiles[0].drained_ns, 700.0);
+  in.staging_slots = 0;
+  EXPECT_THROW(simulate_combine(kPaper, in), InputError);
+  in.staging_slots = 1;
+  in.ctas = {{{1000.0, 1.0}, {500.0, 1.0}}};
+  EXPECT_THROW(simulate_combine(kPaper, in), InputError);  // out of walk order
+  in.ctas = {{{-1.0, 1.0}}};
+  EXPECT_THROW(simulate_combine(kPaper, in), InputError);
+  in.ctas = {{{0.0, 1.0}}};
+  in.latency_ns = -1.0;
+  EXPECT_THROW(simulate_combine(kPaper, in), InputError);
+  in.latency_ns = 0.0;
+  in.B_ref_bytes = 0.0;
+  EXPECT_THROW(simulate_combine(kPaper, in), InputError);
+  EXPECT_THROW(simulate_combine(PlatformPoint{0.0, 1.0, 1.0}, one_cta({0.0}, 1.0, 1, 0.0)), InputError);
+  EXPECT_STREQ(to_string(StallCause::capacity), "capacity");
+}
+
+}  // namespace
+}  // namespace xstage::model

@@ -1,6 +1,7 @@
 #include "moe/schedule/schedule_host.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/error.hpp"
@@ -177,9 +178,21 @@ SimulationResult simulate(const ExpertWaveSchedule& s, const SimulationConfig& c
 
 namespace {
 
+// A tile's time with SimulationConfig::time_jitter: base × (1 + j·u), u in [-1, 1) from a SplitMix64 hash of
+// (seed, cluster, tile index), so a run is reproducible and independent of the standard library.
+long jittered(long base, const SimulationConfig& cfg, int cluster, std::size_t tile) {
+  std::uint64_t z = cfg.seed + 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(cluster) * 1000003ull + tile + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+  return std::max(1L, std::lround(static_cast<double>(base) * (1.0 + cfg.time_jitter * u)));
+}
+
 struct CtaTile {
   Tile tile;
   std::uint32_t l1_target = 0;  // what the kernel's L2 wait uses (walk.l1_target)
+  int half = 0;                 // walk.half (M-pairs)
 };
 
 // Every tile CTA `cta` runs, with the kernel's targets: the walk the kernel's producer makes.
@@ -187,12 +200,12 @@ template <class Schedule, int kN, int kM>
 std::vector<CtaTile> cta_walk(const Schedule& sched, const std::uint32_t* n_row_last, int cta, int slots) {
   std::vector<CtaTile> out;
   for (TileWalk<Schedule, kN, kM> walk(sched, n_row_last, cta); walk.next();)
-    out.push_back({walk.tile, walk.tile.stage == Stage::L2 ? walk.l1_target(slots) : 0u});
+    out.push_back({walk.tile, walk.tile.stage == Stage::L2 ? walk.l1_target(slots) : 0u, walk.half});
   return out;
 }
 
 template <class Schedule, int kN, int kM>
-CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfig& cfg) {
+CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfig& cfg, CtaTimeline* timeline) {
   const MoeProblem& pr = l.problem;
   const int EL = pr.E_local();
   require_input(static_cast<int>(l.expert_rows.size()) == EL, "CTA simulation: one row count per local expert");
@@ -227,6 +240,7 @@ CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfi
   std::vector<int> l1_finished(rows, 0), l2_finished(rows, 0);  // the truth
   std::vector<std::size_t> next(clusters, 0);
   std::vector<long> busy_until(clusters, -1);
+  if (timeline) timeline->assign(l.ctas, {});
   auto cta_ready = [&](const CtaTile& t) {
     const int slot = t.tile.row % S;
     if (t.tile.stage == Stage::L2) return l1_done[slot] >= t.l1_target;
@@ -258,13 +272,18 @@ CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfi
       all_done = false;
       bool ready = true;
       for (int c = 0; c < size; ++c) ready = ready && cta_ready(walks[g * size + c][next[g]]);
-      if (!ready) continue;
+      if (!ready) {
+        ++res.wait_time;
+        continue;
+      }
       long dur = 0;
       for (int c = 0; c < size; ++c) {
         const CtaTile& t = walks[g * size + c][next[g]];
         check_start(t);
         dur = t.tile.stage == Stage::L1 ? cfg.l1_time : cfg.l2_time;
+        if (cfg.time_jitter > 0.0) dur = jittered(dur, cfg, g, next[g]);
         ++res.cta_tiles_run;
+        if (timeline) (*timeline)[g * size + c].push_back(CtaTileRun{t.tile, t.half, now, now + dur});
       }
       ++next[g];
       busy_until[g] = now + dur;
@@ -293,14 +312,20 @@ CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfi
 }  // namespace
 
 template <class Schedule>
-CtaSimulationResult simulate_ctas(const CtaLaunch& l, const SimulationConfig& cfg) {
-  if (l.cluster_n == 1 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 1, 1>(l, cfg);
-  if (l.cluster_n == 2 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 2, 1>(l, cfg);
-  if (l.cluster_n == 1 && l.cluster_m == 2) return simulate_ctas_impl<Schedule, 1, 2>(l, cfg);
+CtaSimulationResult simulate_ctas(const CtaLaunch& l, const SimulationConfig& cfg, CtaTimeline* timeline) {
+  if (l.cluster_n == 1 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 1, 1>(l, cfg, timeline);
+  if (l.cluster_n == 2 && l.cluster_m == 1) return simulate_ctas_impl<Schedule, 2, 1>(l, cfg, timeline);
+  if (l.cluster_n == 1 && l.cluster_m == 2) return simulate_ctas_impl<Schedule, 1, 2>(l, cfg, timeline);
   throw InputError("CTA simulation: clusters of 1, 2 x 1 or 1 x 2 CTAs (the kernel's)");
+}
+template <class Schedule>
+CtaSimulationResult simulate_ctas(const CtaLaunch& l, const SimulationConfig& cfg) {
+  return simulate_ctas<Schedule>(l, cfg, nullptr);
 }
 template CtaSimulationResult simulate_ctas<InterleavedSchedule>(const CtaLaunch&, const SimulationConfig&);
 template CtaSimulationResult simulate_ctas<ExpertWaveSchedule>(const CtaLaunch&, const SimulationConfig&);
+template CtaSimulationResult simulate_ctas<InterleavedSchedule>(const CtaLaunch&, const SimulationConfig&, CtaTimeline*);
+template CtaSimulationResult simulate_ctas<ExpertWaveSchedule>(const CtaLaunch&, const SimulationConfig&, CtaTimeline*);
 
 TileStreams make_streams(const MoeProblem& pr, const int* first_row) {
   validate(pr);
@@ -325,4 +350,173 @@ ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* fi
   return ExpertWaveSchedule{make_streams(pr, first_row), wave_experts, Gs, l2_lag_waves};
 }
 
+// ---------------------------------------------------------------------------------------------
+// The MoE audit from the kernel's real injection.
+// ---------------------------------------------------------------------------------------------
+
+std::string describe(const ScheduleVariant& v) {
+  std::string s = v.interleaved ? "interleaved" : v.wave_lag > 0 ? "pipelined waves" : "expert-wave";
+  if (!v.interleaved && v.wave_lag > 1) s += " (lag " + std::to_string(v.wave_lag) + ")";
+  if (v.cluster_n == 2) s += " pairs";
+  if (v.cluster_m == 2) s += " m-pairs";
+  return s;
+}
+
+bool variant_applies(const MoeProblem& pr, int K_SM, const ScheduleVariant& v, std::string* why) {
+  auto no = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  if (v.cluster_n < 1 || v.cluster_n > 2 || v.cluster_m < 1 || v.cluster_m > 2) return no("clusters are 1 or 2 CTAs");
+  if (v.cluster_n == 2 && v.cluster_m == 2) return no("CTA pairs along N and along M do not combine");
+  if (v.wave_lag < 0 || (v.interleaved && v.wave_lag != 0)) return no("the L2 lag is a wave schedule's, >= 0");
+  if (v.cluster_n * v.cluster_m == 1) return true;
+  const bool half_l2 = pr.h_hidden % pr.b_n != 0;
+  if (half_l2 || K_SM % 2 != 0 || pr.P1_l1_n_blocks() % 2 != 0 || pr.P2_l2_n_blocks() % 2 != 0)
+    return no("CTA pairs need even Linear-1 and Linear-2 n-block counts (P1 = " + std::to_string(pr.P1_l1_n_blocks()) +
+              ", P2 = " + std::to_string(pr.P2_l2_n_blocks()) + "), no half-full block and an even K_SM");
+  if (v.cluster_m == 2 && pr.b_n != 256) return no("M-pairs need 128 x 256 tiles");
+  return true;
+}
+
+std::vector<ScheduleVariant> kernel_variants(const MoeProblem& pr, int K_SM, bool m_pairs) {
+  std::vector<ScheduleVariant> out;
+  const bool pairs = variant_applies(pr, K_SM, ScheduleVariant{true, 0, 2, 1});
+  out.push_back(ScheduleVariant{false, 0, 1, 1});
+  out.push_back(ScheduleVariant{false, 1, 1, 1});
+  out.push_back(ScheduleVariant{true, 0, pairs ? 2 : 1, 1});
+  if (m_pairs && variant_applies(pr, K_SM, ScheduleVariant{false, 0, 1, 2}))
+    for (const ScheduleVariant& v : {ScheduleVariant{false, 0, 1, 2}, ScheduleVariant{false, 1, 1, 2}, ScheduleVariant{true, 0, 1, 2}})
+      out.push_back(v);
+  return out;
+}
+
+std::vector<int> balanced_expert_rows(const MoeProblem& pr) {
+  validate(pr);
+  const std::int64_t pairs = static_cast<std::int64_t>(pr.T_tokens) * pr.top_k;  // rows one owner receives
+  const int EL = pr.E_local();
+  std::vector<int> rows(EL, static_cast<int>(pairs / EL));
+  for (int e = 0; e < static_cast<int>(pairs % EL); ++e) ++rows[e];
+  return rows;
+}
+
+namespace {
+
+template <class Schedule>
+CtaSimulationResult run_timeline(const CtaLaunch& l, const SimulationConfig& cfg, CtaTimeline& timeline) {
+  return simulate_ctas<Schedule>(l, cfg, &timeline);
+}
+
+// The closed form of model::audit_moe for this problem, with V_t = the remote rows' bytes.
+std::optional<model::MoeAudit> closed_form(const MoeProblem& pr, int K_SM, int K_act, const ScheduleAuditConfig& c) {
+  const int remote_rows = static_cast<int>(std::lround(static_cast<double>(pr.b_m > 128 ? 128 : pr.b_m) * (pr.P_ranks - 1) / pr.P_ranks));
+  if (remote_rows < 1) return std::nullopt;
+  model::MoeKernel k;
+  k.b_m = remote_rows;
+  k.b_n = pr.b_n;
+  k.out_bytes = pr.out_bytes;
+  k.K_act = std::clamp(K_act, 1, K_SM);
+  k.T_L1_ns = c.T_L1_ns;
+  k.T_L2_ns = c.T_L2_ns;
+  k.mix = model::natural_tile_mix(pr.h_hidden, pr.h_inter);
+  k.K_SM = K_SM;
+  k.h_inter = pr.h_inter;
+  return model::audit_moe(c.platform, k);
+}
+
+}  // namespace
+
+ScheduleAudit audit_schedule(const MoeProblem& problem, const std::vector<int>& expert_rows, int K_SM,
+                             const ScheduleVariant& variant, const ScheduleAuditConfig& c) {
+  validate(problem);
+  require_input(K_SM >= 1, "MoE audit: K_SM must be positive");
+  require_input(static_cast<int>(expert_rows.size()) == problem.E_local(), "MoE audit: one row count per local expert");
+  require_input(std::isfinite(c.T_L1_ns) && std::isfinite(c.T_L2_ns) && c.T_L1_ns > 0.0 && c.T_L2_ns > 0.0,
+                "MoE audit: the tile times T_L1 and T_L2 must be positive");
+  require_input(c.ticks_per_tile >= 1, "MoE audit: ticks per tile must be >= 1");
+  require_input(c.time_jitter >= 0.0 && c.time_jitter < 1.0, "MoE audit: the tile time jitter must be in [0, 1)");
+  model::validate_platform_point(c.platform, "MoE audit platform point");
+  std::string why;
+  require_input(variant_applies(problem, K_SM, variant, &why), "MoE audit: " + describe(variant) + " does not apply: " + why);
+
+  ScheduleAudit a;
+  a.variant = variant;
+  a.ctas = K_SM;
+  a.staging_slots = problem.b_n == 128 ? 2 : 1;  // kernel/config.hpp's kStagingSlots
+  // The layer's problem as FusedMoeLayer builds it: 256-row scheduler rows for M-pairs, the heuristics over
+  // the instances.
+  MoeProblem pr = problem;
+  if (variant.cluster_m == 2) pr.b_m = 2 * problem.b_m;
+  const int instances = K_SM / variant.cluster_m;
+  a.D_rows = c.D_rows > 0 ? c.D_rows : static_cast<int>(interleave_lead_rows(pr, instances));
+  a.wave_experts = c.wave_experts > 0 ? c.wave_experts : wave_size_experts(pr, instances);
+
+  CtaLaunch l;
+  l.problem = pr;
+  l.expert_rows = expert_rows;
+  l.ctas = K_SM;
+  l.cluster_n = variant.cluster_n;
+  l.cluster_m = variant.cluster_m;
+  l.D_rows = a.D_rows;
+  l.wave_experts = a.wave_experts;
+  l.wave_lag = variant.interleaved ? 0 : variant.wave_lag;
+  SimulationConfig cfg;
+  a.tick_ns = std::min(c.T_L1_ns, c.T_L2_ns) / c.ticks_per_tile;
+  cfg.l1_time = std::max(1, static_cast<int>(std::lround(c.T_L1_ns / a.tick_ns)));
+  cfg.l2_time = std::max(1, static_cast<int>(std::lround(c.T_L2_ns / a.tick_ns)));
+  cfg.max_time = 200'000'000;
+  cfg.time_jitter = c.time_jitter;
+  cfg.seed = c.seed;
+  CtaTimeline timeline;
+  const CtaSimulationResult sim = variant.interleaved ? run_timeline<InterleavedSchedule>(l, cfg, timeline)
+                                                      : run_timeline<ExpertWaveSchedule>(l, cfg, timeline);
+  if (!sim.finished || !sim.violation.empty())
+    throw Error("MoE audit: the lockstep simulation of " + describe(variant) + " did not finish cleanly: " + sim.deadlock + sim.violation);
+
+  // The tile phase, and each CTA's share of it.
+  a.makespan_ns = static_cast<double>(sim.makespan) * a.tick_ns;
+  const int size = variant.cluster_n * variant.cluster_m;
+  a.wait_ns_per_cta = static_cast<double>(sim.wait_time) / (K_SM / size) * a.tick_ns;
+  double busy = 0.0;
+  for (const auto& runs : timeline)
+    for (const CtaTileRun& r : runs) {
+      busy += static_cast<double>(r.end - r.start);
+      (r.tile.stage == Stage::L1 ? a.l1_tiles : a.l2_tiles) += 1;
+    }
+  a.busy_ns_per_cta = busy / K_SM * a.tick_ns;
+  a.idle_ns_per_cta = std::max(0.0, a.makespan_ns - a.busy_ns_per_cta - a.wait_ns_per_cta);
+
+  // The combine bursts: each CTA's Linear-2 tiles at their mainloop ends, with the bytes of their real
+  // (non-padding) rows that leave the rank.
+  const double remote = static_cast<double>(problem.P_ranks - 1) / problem.P_ranks;
+  a.B_tile_bytes = static_cast<double>(MixedPairTiling::kHalfRows) * problem.b_n * problem.out_bytes * remote;
+  model::CombineInjection in;
+  in.ctas.resize(K_SM);
+  in.staging_slots = a.staging_slots;
+  in.B_ref_bytes = a.B_tile_bytes > 0.0 ? a.B_tile_bytes : 1.0;
+  in.latency_ns = c.latency_ns;
+  for (int cta = 0; cta < K_SM; ++cta)
+    for (const CtaTileRun& r : timeline[cta]) {
+      if (r.tile.stage != Stage::L2) continue;
+      const std::int64_t first = static_cast<std::int64_t>(r.tile.m_block) * pr.b_m + r.half * MixedPairTiling::kHalfRows;
+      const std::int64_t rows = std::clamp<std::int64_t>(expert_rows[r.tile.expert] - first, 0, MixedPairTiling::kHalfRows);
+      in.ctas[cta].push_back({static_cast<double>(r.end) * a.tick_ns,
+                              static_cast<double>(rows) * pr.l2_block_cols(r.tile.n_block) * pr.out_bytes * remote});
+    }
+  if (!c.simulate_combine) return a;
+  a.combine = model::simulate_combine(c.platform, in);
+  if (!c.keep_tiles) a.combine.tiles.clear();
+  a.stall_fraction = a.busy_ns_per_cta > 0.0 ? a.combine.stall_ns_per_cta / a.busy_ns_per_cta : 0.0;
+  a.predicted_ns = a.makespan_ns + a.combine.stall_ns_per_cta;
+
+  a.aligned = closed_form(problem, K_SM, K_SM, c);
+  a.at_K_act = closed_form(problem, K_SM, static_cast<int>(std::lround(std::max(1.0, a.combine.K_act.mean))), c);
+  return a;
+}
+
 }  // namespace xstage::moe
+
+// choose_schedule (auto_schedule.cpp) is compiled in this translation unit: src/moe/CMakeLists.txt does not list
+// auto_schedule.cpp yet. Once it does (schedule/auto_schedule.cpp beside schedule/schedule_host.cpp in
+// xstage_moe), delete this line, or the linker reports every function of it twice.
+#include "moe/schedule/auto_schedule.cpp"  // NOLINT(bugprone-suspicious-include)

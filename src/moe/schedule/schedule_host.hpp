@@ -7,9 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "model/burst_gap.hpp"
+#include "model/moe.hpp"
 #include "moe/problem/problem.hpp"
 #include "moe/schedule/scheduler.hpp"
 #include "moe/schedule/tile_walk.hpp"
@@ -64,6 +67,10 @@ struct SimulationConfig {
   int l2_time = 1;       // time units per L2 tile (its K is h_inter)
   int ring_slots = 0;    // S; 0 = one slot per row (a plain buffer)
   long max_time = 10'000'000;
+  // simulate_ctas only: each cluster's tile lasts its stage's time × (1 + j·u), u uniform in [-1, 1] from a hash
+  // of (seed, cluster, tile), at least one unit (0: every tile of a stage alike, as before).
+  double time_jitter = 0.0;
+  std::uint64_t seed = 1;
 };
 
 struct TileRun {
@@ -115,8 +122,86 @@ struct CtaSimulationResult {
   long cta_tiles_expected = 0;   // every CTA walk enumerated
   std::string violation;         // the first start that broke a dependency, empty if none
   std::string deadlock;
+  long wait_time = 0;            // Σ over clusters of the time units a cluster's next tile waited for a counter
 };
 template <class Schedule>
 CtaSimulationResult simulate_ctas(const CtaLaunch& launch, const SimulationConfig& config);
+
+// The same simulation, also keeping every CTA's tiles with their start and end (the audit below builds the
+// combine injection from it). `timeline` may be null.
+struct CtaTileRun {
+  Tile tile;
+  int half = 0;  // M-pairs: the 128-row half of the scheduler row the CTA ran (else 0)
+  long start = 0, end = 0;
+};
+using CtaTimeline = std::vector<std::vector<CtaTileRun>>;  // per CTA, in walk order
+template <class Schedule>
+CtaSimulationResult simulate_ctas(const CtaLaunch& launch, const SimulationConfig& config, CtaTimeline* timeline);
+
+// ---------------------------------------------------------------------------------------------
+// The MoE audit from the kernel's real injection (docs/MODEL.md, "The MoE audit from the kernel's injection").
+// One schedule variant of the kernel, on one owner's rows: the lockstep simulation of every CTA's own walk
+// (simulate_ctas) with tile times from a throughput assumption gives each Linear-2 tile's mainloop end; those
+// are the combine bursts, which model::simulate_combine runs through the kernel's staging slots, storers and
+// the X-Stage (M_X). Beside it, the aligned closed form (model::audit_moe) at K_act = K_SM and at the
+// predicted mean K_act.
+// ---------------------------------------------------------------------------------------------
+
+struct ScheduleVariant {
+  bool interleaved = false;  // else expert-wave
+  int wave_lag = 0;          // expert-wave λ: 1 = pipelined waves
+  int cluster_n = 1;         // 2: CTA pairs along N (ClusterTiling)
+  int cluster_m = 1;         // 2: M-pairs (MixedPairTiling; 256-row scheduler rows)
+};
+// "expert-wave", "pipelined waves", "interleaved" + " pairs" / " m-pairs".
+std::string describe(const ScheduleVariant& variant);
+// Whether the kernel is built for it: CTA pairs need even P1, P2 and K_SM and no half-full Linear-2 block,
+// M-pairs also 128 x 256 tiles; not both. When not, `why` (if given) says why.
+bool variant_applies(const MoeProblem& problem, int K_SM, const ScheduleVariant& variant, std::string* why = nullptr);
+// The variants `xstage moe bench` measures with FusedMoeLayer's defaults: expert-wave and pipelined waves on
+// single CTAs, interleaved on CTA pairs where the tiles pair up (else single CTAs); with `m_pairs`, the same
+// three on M-pairs (when they apply).
+std::vector<ScheduleVariant> kernel_variants(const MoeProblem& problem, int K_SM, bool m_pairs);
+
+// Rows per local expert at the balanced load: T·k / E_local each (the remainder spread one row apiece).
+std::vector<int> balanced_expert_rows(const MoeProblem& problem);
+
+struct ScheduleAuditConfig {
+  double T_L1_ns = 0.0, T_L2_ns = 0.0;  // mainloop of one CTA tile (model::moe_mainloop_times)
+  model::PlatformPoint platform;         // M_X for one tile's remote bytes (the caller evaluates it, e.g. at K_SM)
+  double latency_ns = 1000.0;            // T_lat: a fence's return after its bytes drained
+  int ticks_per_tile = 64;               // lockstep resolution: the shorter tile lasts this many time units
+  double time_jitter = 0.0;              // SimulationConfig::time_jitter: tile times vary by ±this fraction
+  std::uint64_t seed = 1;
+  int D_rows = 0, wave_experts = 0;      // 0: the kernel's defaults (interleave_lead_rows, wave_size_experts)
+  bool keep_tiles = false;               // keep every tile's timing in combine.tiles
+  bool simulate_combine = true;          // false: the lockstep part only (combine left empty)
+};
+
+struct ScheduleAudit {
+  ScheduleVariant variant;
+  int D_rows = 0, wave_experts = 0, staging_slots = 1, ctas = 0;
+  double tick_ns = 0.0;
+  double B_tile_bytes = 0.0;  // remote bytes of a full Linear-2 tile: b_m·b_n·s_out·(P-1)/P
+  long l1_tiles = 0, l2_tiles = 0;  // CTA tiles
+  // The lockstep simulation: the tile phase, and per CTA (mean) its computing time, the time its next tile
+  // waited for a counter (dependency waits: wave boundaries, L1 stragglers), and the rest (done early).
+  double makespan_ns = 0.0;
+  double busy_ns_per_cta = 0.0;
+  double wait_ns_per_cta = 0.0;
+  double idle_ns_per_cta = 0.0;
+  // The combine from those tiles' mainloop ends.
+  model::CombineAudit combine;
+  double stall_fraction = 0.0;  // Σ Δt / Σ busy time: what the kernel reports as staging_wait_fraction
+  double predicted_ns = 0.0;    // makespan + the mean CTA's Σ Δt (first order: a stall delays its CTA)
+  // The aligned closed form with V_t = the remote rows of a tile ((P-1)/P·b_m) × b_n × s_out, at K_act = K_SM
+  // and at the predicted mean K_act (absent for P = 1: nothing leaves the rank).
+  std::optional<model::MoeAudit> aligned, at_K_act;
+};
+
+// Throws InputError for an invalid problem, a variant the kernel does not build, non-positive tile times or
+// ticks, an invalid platform point, or expert_rows of the wrong length.
+ScheduleAudit audit_schedule(const MoeProblem& problem, const std::vector<int>& expert_rows, int K_SM,
+                             const ScheduleVariant& variant, const ScheduleAuditConfig& config);
 
 }  // namespace xstage::moe

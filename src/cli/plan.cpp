@@ -3,6 +3,8 @@
 //
 //   xstage plan pattern   --producers K (--burst B | --volume V) --gap G[,G...] [--simulate ...]
 //   xstage plan moe       --producers K_act --tile 128x128 (--t-l1 T --t-l2 T | --hidden h --inter h_i --tflops X)
+//   xstage plan moe       --hidden h --inter h_i --experts E --top-k k --tokens T [--ranks P --dtype fp8 --choose]
+//   xstage plan moe       --grid configs/moe_grid.json [--choose]   (every configuration of a bench grid)
 //   xstage plan attention --seq-len M[,M...] (--sigma T | --tflops X) [--tile 128x128 --head-dim 128 ...]
 //
 // Common: --platform FILE (default: the shipped platforms/h200_nvlink4.json), --store-path, --json.
@@ -21,12 +23,17 @@
 #include "cli/commands.hpp"
 #include "cli/shipped_files.hpp"
 #include "common/error.hpp"
+#include "common/run_info.hpp"
 #include "model/attention.hpp"
 #include "model/burst_gap.hpp"
 #include "model/moe.hpp"
 #include "model/platform.hpp"
 #include "model/simulator.hpp"
 #include "model/units.hpp"
+#include "moe/problem/problem.hpp"
+#include "moe/schedule/auto_schedule.hpp"
+#include "moe/schedule/schedule_host.hpp"
+#include "moe/weights.hpp"
 
 namespace xstage::cli {
 
@@ -72,12 +79,20 @@ struct PatternOptions {
 struct MoeOptions {
   long K_act = 0;
   std::string tile = "128x128";
+  bool tile_given = false;
   int out_bytes = 2;
   std::string t_l1, t_l2;
   long hidden = 0, inter = 0;
   double tflops = 0.0;
   std::string mix;
   long sms = 0;
+  // The layer: the audit from the kernel's injection per schedule, and the schedule rule (--choose).
+  long experts = 0, top_k = 0, tokens = 0, ranks = 2;
+  std::string dtype = "bf16";
+  std::string t_lat = "1us";
+  double jitter = 0.0;
+  bool choose = false;
+  std::string grid;
 };
 
 struct AttentionOptions {
@@ -443,7 +458,338 @@ MoeKernel validate_moe(const MoeOptions& o, int default_sms) {
   return k;
 }
 
+// ---------------------------------------------------------------------------------------------
+// plan moe on a layer: the audit from the kernel's injection per schedule (moe::audit_schedule) and the
+// schedule rule (moe::choose_schedule), for one layer or every configuration of a bench grid.
+// ---------------------------------------------------------------------------------------------
+
+bool layer_mode(const MoeOptions& o) { return !o.grid.empty() || o.experts || o.top_k || o.tokens; }
+
+struct LayerSpec {
+  std::string name;  // as `xstage moe bench` names it, without the routing: [name:]hH-iI-eE-kK/tT/dtype
+  moe::MoeProblem problem;
+};
+
+moe::DType parse_moe_dtype(const std::string& d, const std::string& where) {
+  if (d == "bf16") return moe::DType::bf16;
+  if (d == "fp8") return moe::DType::fp8_e4m3;
+  throw InputError(where + ": dtype must be bf16 or fp8 (got '" + d + "')");
+}
+
+// The problem as `xstage moe bench` builds it: b_m = 128, b_n = 256 where h and 2·h_inter allow it (or --tile).
+moe::MoeProblem layer_problem(long h, long I, long E, long k, long T, long P, moe::DType dtype, int tile_n) {
+  moe::MoeProblem pr;
+  pr.P_ranks = checked_int(P, 1, 64, "--ranks", "expert-parallel ranks P");
+  pr.E_experts = checked_int(E, 1, 1 << 16, "--experts", "experts E");
+  pr.top_k = checked_int(k, 1, 1 << 10, "--top-k", "experts per token k");
+  pr.h_hidden = checked_int(h, 1, 1 << 20, "--hidden", "hidden size h");
+  pr.h_inter = checked_int(I, 1, 1 << 20, "--inter", "intermediate size h_inter");
+  pr.T_tokens = checked_int(T, 1, 1 << 22, "--tokens", "tokens per rank T");
+  pr.dtype = dtype;
+  pr.b_m = 128;
+  pr.b_n = tile_n ? tile_n : moe::default_tile_n(dtype, pr.h_hidden, pr.h_inter);
+  moe::validate(pr);
+  return pr;
+}
+
+std::string layer_name(const moe::MoeProblem& pr, const std::string& prefix) {
+  return prefix + "h" + std::to_string(pr.h_hidden) + "-i" + std::to_string(pr.h_inter) + "-e" + std::to_string(pr.E_experts) +
+         "-k" + std::to_string(pr.top_k) + "/t" + std::to_string(pr.T_tokens) + "/" + (pr.dtype == moe::DType::bf16 ? "bf16" : "fp8");
+}
+
+// configs/moe_grid.json's format (xstage moe bench --config): "extra" first, then shapes × tokens_per_rank, each in
+// every dtype. Routings are not read: the rule assumes the balanced load, and the audit runs on it.
+std::vector<LayerSpec> read_layer_grid(const std::string& path, long P) {
+  std::vector<LayerSpec> out;
+  nlohmann::json doc;
+  try {
+    doc = read_json_file(path);
+  } catch (const std::exception& e) {
+    throw InputError(std::string("--grid: ") + e.what());
+  }
+  try {
+    std::vector<moe::DType> dtypes;
+    for (const std::string d : doc.at("dtypes")) dtypes.push_back(parse_moe_dtype(d, path));
+    auto add = [&](const nlohmann::json& shape, long T, const std::string& prefix) {
+      for (const moe::DType d : dtypes) {
+        const moe::MoeProblem pr = layer_problem(shape.at("h").get<long>(), shape.at("h_inter").get<long>(), shape.at("E").get<long>(),
+                                                 shape.at("k").get<long>(), T, P, d, 0);
+        out.push_back({layer_name(pr, prefix), pr});
+      }
+    };
+    if (doc.contains("extra"))
+      for (const auto& x : doc.at("extra")) add(x, x.at("tokens_per_rank").get<long>(), x.value("name", "") + ":");
+    for (const auto& shape : doc.at("shapes"))
+      for (long T : doc.at("tokens_per_rank")) add(shape, T, "");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": " + e.what() + " (expected {dtypes: [..], shapes: [{h, h_inter, E, k}], tokens_per_rank: [..]})");
+  }
+  if (out.empty()) throw InputError(path + ": the grid names no configuration");
+  return out;
+}
+
+std::vector<LayerSpec> layer_specs(const MoeOptions& o) {
+  if (!o.grid.empty()) {
+    if (o.experts || o.top_k || o.tokens || o.hidden || o.inter)
+      throw InputError("--grid takes the shapes from the file: leave out --hidden, --inter, --experts, --top-k and --tokens");
+    return read_layer_grid(o.grid, o.ranks);
+  }
+  if (!o.experts || !o.top_k || !o.tokens || !o.hidden || !o.inter)
+    throw InputError("describe the layer with all of --hidden, --inter, --experts, --top-k and --tokens (per rank)");
+  int tile_n = 0;
+  if (o.tile_given) {
+    const auto [b_m, b_n] = parse_tile(o.tile, "--tile");
+    if (b_m != 128 || (b_n != 128 && b_n != 256))
+      throw InputError("--tile: the MegaMoE kernel runs 128x128 or 128x256 tiles (got '" + o.tile + "')");
+    tile_n = b_n;
+  }
+  const moe::MoeProblem pr = layer_problem(o.hidden, o.inter, o.experts, o.top_k, o.tokens, o.ranks, parse_moe_dtype(o.dtype, "--dtype"), tile_n);
+  return {{layer_name(pr, ""), pr}};
+}
+
+json distribution_short(const Distribution& d) {
+  return {{"mean", d.mean}, {"median", d.median}, {"p90", d.p90}, {"min", d.min}, {"max", d.max}};
+}
+
+json variant_json(const moe::ScheduleVariant& v) {
+  return {{"name", moe::describe(v)},
+          {"schedule", v.interleaved ? "interleaved" : "expert_wave"},
+          {"wave_lag", v.wave_lag},
+          {"cluster_n", v.cluster_n},
+          {"cluster_m", v.cluster_m}};
+}
+
+json moe_audit_json(const MoeAudit& a) {
+  return {{"K_act", a.kernel.K_act},
+          {"V_bytes", a.V_bytes},
+          {"verdict", verdict_id(a.verdict)},
+          {"G_wave_ns", a.interleave.G_wave_ns},
+          {"G_int_ns", a.interleave.G_int_ns},
+          {"G_star_ns", a.wave.G_star_ns},
+          {"rate_bound_holds_wave", a.wave.rate_bound_holds},
+          {"capacity_bound_holds", a.wave.capacity_bound_holds},
+          {"q_peak_bytes", a.wave.q_peak_bytes},
+          {"interleaving_sufficient", a.interleave.sufficient},
+          {"T_RS_wave_ns", a.T_RS_wave_ns},
+          {"stall_wave_ns", a.stall_wave_ns},
+          {"T_RS_int_ns", a.T_RS_int_ns},
+          {"stall_int_ns", a.stall_int_ns}};
+}
+
+json schedule_audit_json(const moe::ScheduleAudit& a) {
+  const CombineAudit& c = a.combine;
+  json j = {{"variant", variant_json(a.variant)},
+            {"D_rows", a.D_rows},
+            {"wave_experts", a.wave_experts},
+            {"staging_slots", a.staging_slots},
+            {"lockstep", {{"tile_phase_ns", a.makespan_ns},
+                          {"busy_ns_per_cta", a.busy_ns_per_cta},
+                          {"dependency_wait_ns_per_cta", a.wait_ns_per_cta},
+                          {"idle_ns_per_cta", a.idle_ns_per_cta},
+                          {"l1_cta_tiles", a.l1_tiles},
+                          {"l2_cta_tiles", a.l2_tiles},
+                          {"tick_ns", a.tick_ns}}},
+            {"combine", {{"B_tile_bytes", a.B_tile_bytes},
+                         {"K_act", distribution_short(c.K_act)},
+                         {"phase_spread_ns", distribution_short(c.spread_ns)},
+                         {"T_RS_ns", distribution_short(c.T_RS_ns)},
+                         {"T_fence_ns", distribution_short(c.T_fence_ns)},
+                         {"T_cover_ns", distribution_short(c.T_cover_ns)},
+                         {"stall_ns", distribution_short(c.stall_ns)},
+                         {"stalled_fraction", c.stalled_fraction},
+                         {"stall_ns_per_cta", c.stall_ns_per_cta},
+                         {"stall_ns_max_cta", c.stall_ns_max_cta},
+                         {"stall_fraction_of_busy", a.stall_fraction},
+                         {"stall_ns_by_cause", {{"issue", c.stall_by_cause_ns[1]}, {"capacity", c.stall_by_cause_ns[2]}, {"drain", c.stall_by_cause_ns[3]}}},
+                         {"binds", to_string(c.binds)},
+                         {"q_peak_bytes", c.q_peak_bytes},
+                         {"throttled_fraction", c.throttled_fraction},
+                         {"injection_bytes_per_ns", c.injection_bytes_per_ns}}},
+            {"predicted_ns", a.predicted_ns}};
+  j["aligned_closed_form"] = a.aligned ? moe_audit_json(*a.aligned) : json(nullptr);
+  j["closed_form_at_predicted_K_act"] = a.at_K_act ? moe_audit_json(*a.at_K_act) : json(nullptr);
+  return j;
+}
+
+json candidate_json(const moe::ScheduleCandidate& c) {
+  json j = {{"variant", variant_json(c.variant)}, {"applies", c.applies}};
+  if (!c.applies) {
+    j["why_not"] = c.why_not;
+    return j;
+  }
+  j.update({{"lockstep_ns", c.makespan_ns},
+            {"dependency_wait_ns_per_cta", c.dependency_wait_ns},
+            {"factor", c.factor},
+            {"stall_ns_per_cta", c.stall_ns},
+            {"hbm_weight_bytes", c.hbm_weight_bytes},
+            {"reread_ns", c.reread_ns},
+            {"predicted_ns", c.predicted_ns},
+            {"K_act_mean", c.K_act_mean}});
+  return j;
+}
+
+json choice_json(const moe::ScheduleChoice& c) {
+  json cands = json::array();
+  for (const auto& x : c.candidates) cands.push_back(candidate_json(x));
+  return {{"schedule", c.schedule == moe::MoeScheduleKind::interleaved ? "interleaved" : "expert_wave"},
+          {"wave_lag", c.wave_lag},
+          {"cluster_n", c.cluster_n},
+          {"cluster_m", c.cluster_m},
+          {"name", moe::describe(c.chosen.variant)},
+          {"predicted_ns", c.chosen.predicted_ns},
+          {"runner_up", moe::describe(c.runner_up.variant)},
+          {"runner_up_predicted_ns", c.runner_up.predicted_ns},
+          {"rows_per_expert", c.rows_per_expert},
+          {"reason", c.reason},
+          {"candidates", cands}};
+}
+
+struct LayerResult {
+  std::vector<moe::ScheduleAudit> audits;
+  std::optional<moe::ScheduleChoice> choice;
+  moe::ScheduleAuditConfig cfg;
+  double tflops = 0.0;
+  PlatformLookup look;
+};
+
+LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int K_SM, const MoeOptions& o) {
+  LayerResult r;
+  const moe::ScheduleRule rule;
+  r.tflops = o.tflops != 0.0 ? o.tflops : pr.dtype == moe::DType::fp8_e4m3 ? rule.tflops_fp8 : rule.tflops_bf16;
+  require_range(r.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
+  const MoeMainloopTimes t = moe_mainloop_times(128, pr.b_n, pr.h_hidden, pr.h_inter, r.tflops, K_SM);
+  const double B = 128.0 * pr.b_n * pr.out_bytes * (pr.P_ranks > 1 ? (pr.P_ranks - 1.0) / pr.P_ranks : 1.0);
+  r.look = lookup(platform, K_SM, B);
+  r.cfg.T_L1_ns = t.T_L1_ns;
+  r.cfg.T_L2_ns = t.T_L2_ns;
+  r.cfg.platform = r.look.point;
+  r.cfg.latency_ns = non_negative_time(o.t_lat, "--t-lat");
+  r.cfg.time_jitter = o.jitter;
+  const std::vector<int> rows = moe::balanced_expert_rows(pr);
+  for (const moe::ScheduleVariant& v : moe::kernel_variants(pr, K_SM, true)) r.audits.push_back(moe::audit_schedule(pr, rows, K_SM, v, r.cfg));
+  if (o.choose) {
+    moe::ScheduleRule with;
+    if (o.tflops != 0.0) with.tflops_bf16 = with.tflops_fp8 = o.tflops;
+    with.latency_ns = r.cfg.latency_ns;
+    r.choice = moe::choose_schedule(pr, K_SM, r.look.point, with);
+  }
+  return r;
+}
+
+json layer_json(const LayerSpec& spec, int K_SM, const LayerResult& r) {
+  const moe::MoeProblem& pr = spec.problem;
+  json audits = json::array();
+  for (const auto& a : r.audits) audits.push_back(schedule_audit_json(a));
+  json j = {{"config", spec.name},
+            {"problem", {{"P", pr.P_ranks}, {"E", pr.E_experts}, {"k", pr.top_k}, {"h", pr.h_hidden}, {"h_inter", pr.h_inter},
+                         {"tokens_per_rank", pr.T_tokens}, {"b_m", pr.b_m}, {"b_n", pr.b_n},
+                         {"dtype", pr.dtype == moe::DType::bf16 ? "bf16" : "fp8"}, {"K_SM", K_SM},
+                         {"rows_per_expert_balanced", moe::balanced_expert_rows(pr).front()}}},
+            {"assumptions", {{"tflops", r.tflops}, {"T_L1_ns", r.cfg.T_L1_ns}, {"T_L2_ns", r.cfg.T_L2_ns},
+                             {"latency_ns", r.cfg.latency_ns}, {"time_jitter", r.cfg.time_jitter},
+                             {"platform_point", {{"T_iss0_ns", r.look.point.T_iss0_ns}, {"R_bytes_per_ns", r.look.point.R_bytes_per_ns},
+                                                 {"Q_bytes", r.look.point.Q_bytes}}}}},
+            {"schedules", audits}};
+  j["choice"] = r.choice ? choice_json(*r.choice) : json(nullptr);
+  return j;
+}
+
+void print_layer(const LayerSpec& spec, int K_SM, const LayerResult& r, bool first) {
+  const moe::MoeProblem& pr = spec.problem;
+  const std::vector<int> rows = moe::balanced_expert_rows(pr);
+  std::printf("%sMoE layer %s  (%s; balanced load %d rows per expert, K_SM = %d)\n", first ? "" : "\n", spec.name.c_str(),
+              moe::describe(pr).c_str(), rows.front(), K_SM);
+  std::printf("          T_L1 = %s, T_L2 = %s per tile (%g TFLOP/s); V_t = %s remote per Linear-2 tile, %d staging slot%s;"
+              " T_lat = %s, tile-time jitter %g%%\n",
+              format_time_ns(r.cfg.T_L1_ns).c_str(), format_time_ns(r.cfg.T_L2_ns).c_str(), r.tflops,
+              format_bytes(r.audits.front().B_tile_bytes).c_str(), r.audits.front().staging_slots, r.audits.front().staging_slots > 1 ? "s" : "",
+              format_time_ns(r.cfg.latency_ns).c_str(), 100.0 * r.cfg.time_jitter);
+  std::printf("From the kernel's injection (every CTA's walk in lockstep, then each Linear-2 tile through its staging slot, storers\n"
+              "and the X-Stage at M_X(K_SM)); per tile: K_act draining at its start, phase spread, T_RS = staged -> slot free,\n"
+              "T_fence = staged -> fence returned, T_cover = MMA time before the slot is needed again, dt = [T_RS - T_cover]+:\n");
+  std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %8s\n", "schedule", "D/W", "tiles", "dep.wait", "K_act", "spread",
+              "T_RS mean/p90", "T_fence", "T_cover min/mean", "dt/tile", "stalled", "binds");
+  for (const auto& a : r.audits) {
+    const CombineAudit& c = a.combine;
+    const std::string dw = a.variant.interleaved ? "D=" + std::to_string(a.D_rows) : "W=" + std::to_string(a.wave_experts);
+    char kact[32], rs[48], cover[48];
+    std::snprintf(kact, sizeof kact, "%.1f/%.0f", c.K_act.mean, c.K_act.max);
+    std::snprintf(rs, sizeof rs, "%s/%s", format_time_ns(c.T_RS_ns.mean).c_str(), format_time_ns(c.T_RS_ns.p90).c_str());
+    std::snprintf(cover, sizeof cover, "%s/%s", format_time_ns(c.T_cover_ns.min).c_str(), format_time_ns(c.T_cover_ns.mean).c_str());
+    std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %8s\n", moe::describe(a.variant).c_str(), dw.c_str(),
+                format_time_ns(a.makespan_ns).c_str(), format_time_ns(a.wait_ns_per_cta).c_str(), kact,
+                format_time_ns(c.spread_ns.mean).c_str(), rs, format_time_ns(c.T_fence_ns.mean).c_str(), cover,
+                format_time_ns(c.stall_ns.mean).c_str(), format_percent(c.stalled_fraction).c_str(), to_string(c.binds));
+  }
+  const moe::ScheduleAudit& a0 = r.audits.front();
+  if (a0.aligned) {
+    const MoeAudit& al = *a0.aligned;
+    std::printf("Aligned closed form (K_act = K_SM = %d epilogues at once, gap one mainloop; V = %s): G* = %s;"
+                " expert-wave T_RS %s, stall %s; interleaved T_RS %s, stall %s; verdict %s\n",
+                al.kernel.K_act, format_bytes(al.V_bytes).c_str(), format_time_ns(al.wave.G_star_ns).c_str(),
+                format_time_ns(al.T_RS_wave_ns).c_str(), format_time_ns(al.stall_wave_ns).c_str(), format_time_ns(al.T_RS_int_ns).c_str(),
+                format_time_ns(al.stall_int_ns).c_str(), to_string(al.verdict));
+    for (const auto& a : r.audits)
+      if (a.at_K_act)
+        std::printf("  at %-22s predicted K_act = %3d: V = %s, q_peak %s vs Q %s, stall wave %s / interleaved %s, verdict %s\n",
+                    moe::describe(a.variant).c_str(), a.at_K_act->kernel.K_act, format_bytes(a.at_K_act->V_bytes).c_str(),
+                    format_bytes(a.at_K_act->wave.q_peak_bytes).c_str(), format_bytes(a.at_K_act->wave.platform.Q_bytes).c_str(),
+                    format_time_ns(a.at_K_act->stall_wave_ns).c_str(), format_time_ns(a.at_K_act->stall_int_ns).c_str(),
+                    to_string(a.at_K_act->verdict));
+  }
+  if (r.choice) {
+    std::printf("choice    %s  (schedule %s, wave_lag %d, cluster_n %d, cluster_m %d)\n", moe::describe(r.choice->chosen.variant).c_str(),
+                r.choice->schedule == moe::MoeScheduleKind::interleaved ? "interleaved" : "expert_wave", r.choice->wave_lag,
+                r.choice->cluster_n, r.choice->cluster_m);
+    std::printf("          %s\n", r.choice->reason.c_str());
+  }
+}
+
+void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
+  const Platform platform = load_platform(common);
+  const int K_SM = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : platform.sm_count;
+  if (o.jitter < 0.0 || o.jitter >= 1.0) throw InputError("--jitter: a fraction in [0, 1) (got " + std::to_string(o.jitter) + ")");
+  if (!o.t_l1.empty() || !o.t_l2.empty() || !o.mix.empty())
+    throw InputError("on a layer the tile times and mix come from the shapes and --tflops: leave out --t-l1, --t-l2 and --mix");
+  if (o.K_act) throw InputError("on a layer K_act is what the audit predicts: leave out --producers");
+  const std::vector<LayerSpec> specs = layer_specs(o);
+  json all = json::array();
+  bool first = true;
+  if (!common.json) std::printf("platform  %s  [%s]%s\n", platform.file.c_str(), to_string(platform.path),
+                                platform.model.provisional ? "  PROVISIONAL: the paper's numbers, not measured here" : "");
+  for (const LayerSpec& spec : specs) {
+    const LayerResult r = audit_layer(platform, spec.problem, K_SM, o);
+    if (common.json) all.push_back(layer_json(spec, K_SM, r));
+    else {
+      if (first)
+        std::printf("  M_X at K = %d for one tile's remote bytes: T_iss0 = %s   R = %s   Q = %s\n", K_SM,
+                    format_time_ns(r.look.point.T_iss0_ns).c_str(), format_rate(r.look.point.R_bytes_per_ns).c_str(),
+                    format_bytes(r.look.point.Q_bytes).c_str());
+      print_layer(spec, K_SM, r, first);
+    }
+    first = false;
+  }
+  if (common.json) {
+    if (o.grid.empty()) {
+      json doc = all.front();
+      doc["kind"] = "moe";
+      doc["platform"] = {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}};
+      emit_json(doc);
+    } else {
+      emit_json({{"kind", "moe"},
+                 {"grid", o.grid},
+                 {"platform", {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}}},
+                 {"configs", all}});
+    }
+  }
+}
+
 void run_moe(const CommonOptions& common, const MoeOptions& o) {
+  if (layer_mode(o)) return run_moe_layers(common, o);
+  if (o.choose) throw InputError("--choose needs the layer: --hidden, --inter, --experts, --top-k and --tokens, or --grid");
+  if (!o.K_act)
+    throw InputError("--producers: give K_act for the aligned closed form, or describe the layer (--experts, --top-k, --tokens"
+                     " with --hidden and --inter) for the audit from the kernel's injection");
   const Platform platform = load_platform(common);
   const MoeKernel k = validate_moe(o, platform.sm_count);
   const double B = static_cast<double>(k.b_m) * k.b_n * k.out_bytes;
@@ -628,8 +974,9 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   auto o = std::make_shared<MoeOptions>();
   CLI::App* cmd = plan->add_subcommand(
       "moe", "A MegaMoE layer: expert-wave vs interleaved L1/L2 schedule (paper §4.2, Eq. 12-15, D_knee).");
-  cmd->add_option("-K,--producers", o->K_act, "K_act: L2 epilogues whose tile boundaries align in one burst")->required();
-  cmd->add_option("--tile", o->tile, "tile b_m x b_n (default 128x128)");
+  cmd->add_option("-K,--producers", o->K_act,
+                  "K_act: L2 epilogues whose tile boundaries align in one burst (the aligned closed form; not with a layer)");
+  cmd->add_option("--tile", o->tile, "tile b_m x b_n (default 128x128; on a layer: the kernel's, 128x256 where the shapes allow)");
   cmd->add_option("--out-bytes", o->out_bytes, "bytes per combine element s_out (default 2, bf16)");
   cmd->add_option("--t-l1", o->t_l1, "Linear-1 mainloop time per tile, e.g. 3us");
   cmd->add_option("--t-l2", o->t_l2, "Linear-2 mainloop time per tile, e.g. 1.2us");
@@ -638,7 +985,19 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   cmd->add_option("--tflops", o->tflops, "whole-GPU GEMM throughput assumption, TFLOP/s");
   cmd->add_option("--mix", o->mix, "L1:L2 tiles per steady cycle n1:n2 (default 2*h_inter : h)");
   cmd->add_option("--sms", o->sms, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
-  cmd->callback([common, o] { run_moe(*common, *o); });
+  cmd->add_option("--experts", o->experts, "layer: experts E (all ranks); with --top-k and --tokens: the audit per schedule");
+  cmd->add_option("--top-k", o->top_k, "layer: experts per token k");
+  cmd->add_option("--tokens", o->tokens, "layer: tokens per rank T");
+  cmd->add_option("--ranks", o->ranks, "layer: expert-parallel ranks P (default 2)");
+  cmd->add_option("--dtype", o->dtype, "layer: bf16 (default) or fp8 (W8A8)");
+  cmd->add_option("--t-lat", o->t_lat, "layer: fence latency after a tile's bytes drained (default 1us)");
+  cmd->add_option("--jitter", o->jitter, "layer: tile times vary by +- this fraction in the lockstep simulation (default 0)");
+  cmd->add_flag("--choose", o->choose, "layer: also the schedule rule's choice (moe::choose_schedule) with its terms");
+  cmd->add_option("--grid", o->grid, "every configuration of a bench grid (configs/moe_grid.json format), balanced load");
+  cmd->callback([common, o, cmd] {
+    o->tile_given = cmd->count("--tile") > 0;
+    run_moe(*common, *o);
+  });
 }
 
 void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {

@@ -10,10 +10,12 @@
 // Common: --platform FILE (default: the shipped platforms/h200_nvlink4.json), --store-path, --json.
 // All arithmetic lives in src/model; this file parses, validates, and prints.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +95,7 @@ struct MoeOptions {
   double jitter = 0.0;
   bool choose = false;
   std::string grid;
+  std::vector<std::string> rule;  // NAME=VALUE overrides of moe::ScheduleRule (sensitivity studies)
 };
 
 struct AttentionOptions {
@@ -644,6 +647,45 @@ json choice_json(const moe::ScheduleChoice& c) {
           {"candidates", cands}};
 }
 
+// --rule NAME=VALUE: one constant of the schedule rule replaced (tools/moe_rule_sensitivity.py uses it).
+moe::ScheduleRule rule_with(const std::vector<std::string>& overrides) {
+  moe::ScheduleRule r;
+  for (const std::string& kv : overrides) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw InputError("--rule: expected NAME=VALUE (got '" + kv + "')");
+    const std::string name = kv.substr(0, eq), text = kv.substr(eq + 1);
+    double v = 0.0;
+    std::size_t used = 0;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size() || !std::isfinite(v)) throw InputError("--rule " + name + ": '" + text + "' is not a number");
+    double* fields[] = {&r.tflops_bf16, &r.tflops_fp8, &r.time_jitter, &r.factor_interleaved_bf16, &r.factor_interleaved_fp8,
+                        &r.factor_pipelined, &r.factor_m_pairs, &r.skew_hedge_waves, &r.skew_hedge_m_pairs, &r.l2_bytes,
+                        &r.hbm_bytes_per_ns, &r.reread_cost, &r.latency_ns};
+    const char* names[] = {"tflops_bf16", "tflops_fp8", "time_jitter", "factor_interleaved_bf16", "factor_interleaved_fp8",
+                           "factor_pipelined", "factor_m_pairs", "skew_hedge_waves", "skew_hedge_m_pairs", "l2_bytes",
+                           "hbm_bytes_per_ns", "reread_cost", "latency_ns"};
+    bool found = false;
+    for (std::size_t i = 0; i < std::size(names); ++i)
+      if (name == names[i]) *fields[i] = v, found = true;
+    if (name == "m_pairs_min_rows") r.m_pairs_min_rows = static_cast<int>(v), found = true;
+    if (name == "ticks_per_tile") r.ticks_per_tile = static_cast<int>(v), found = true;
+    if (name == "seed") r.seed = static_cast<std::uint64_t>(v), found = true;
+    if (!found) {
+      std::string all;
+      for (const char* n : names) all += std::string(" ") + n;
+      throw InputError("--rule: unknown constant '" + name + "' (known:" + all + " m_pairs_min_rows ticks_per_tile seed)");
+    }
+  }
+  if (!(r.time_jitter >= 0.0 && r.time_jitter < 1.0) || r.ticks_per_tile < 1 || r.tflops_bf16 <= 0.0 || r.tflops_fp8 <= 0.0 ||
+      r.l2_bytes <= 0.0 || r.hbm_bytes_per_ns <= 0.0 || r.latency_ns < 0.0)
+    throw InputError("--rule: time_jitter must be in [0, 1), ticks_per_tile >= 1, the throughputs, l2_bytes and hbm_bytes_per_ns positive");
+  return r;
+}
+
 struct LayerResult {
   std::vector<moe::ScheduleAudit> audits;
   std::optional<moe::ScheduleChoice> choice;
@@ -668,9 +710,9 @@ LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int
   const std::vector<int> rows = moe::balanced_expert_rows(pr);
   for (const moe::ScheduleVariant& v : moe::kernel_variants(pr, K_SM, true)) r.audits.push_back(moe::audit_schedule(pr, rows, K_SM, v, r.cfg));
   if (o.choose) {
-    moe::ScheduleRule with;
+    moe::ScheduleRule with = rule_with(o.rule);
     if (o.tflops != 0.0) with.tflops_bf16 = with.tflops_fp8 = o.tflops;
-    with.latency_ns = r.cfg.latency_ns;
+    if (o.t_lat != "1us") with.latency_ns = r.cfg.latency_ns;
     r.choice = moe::choose_schedule(pr, K_SM, r.look.point, with);
   }
   return r;
@@ -752,6 +794,7 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
   if (!o.t_l1.empty() || !o.t_l2.empty() || !o.mix.empty())
     throw InputError("on a layer the tile times and mix come from the shapes and --tflops: leave out --t-l1, --t-l2 and --mix");
   if (o.K_act) throw InputError("on a layer K_act is what the audit predicts: leave out --producers");
+  if (!o.rule.empty() && !o.choose) throw InputError("--rule changes the schedule rule: give --choose too");
   const std::vector<LayerSpec> specs = layer_specs(o);
   json all = json::array();
   bool first = true;
@@ -786,6 +829,7 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
 
 void run_moe(const CommonOptions& common, const MoeOptions& o) {
   if (layer_mode(o)) return run_moe_layers(common, o);
+  if (!o.rule.empty()) throw InputError("--rule changes the schedule rule: it needs --choose on a layer or --grid");
   if (o.choose) throw InputError("--choose needs the layer: --hidden, --inter, --experts, --top-k and --tokens, or --grid");
   if (!o.K_act)
     throw InputError("--producers: give K_act for the aligned closed form, or describe the layer (--experts, --top-k, --tokens"
@@ -994,6 +1038,7 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   cmd->add_option("--jitter", o->jitter, "layer: tile times vary by +- this fraction in the lockstep simulation (default 0)");
   cmd->add_flag("--choose", o->choose, "layer: also the schedule rule's choice (moe::choose_schedule) with its terms");
   cmd->add_option("--grid", o->grid, "every configuration of a bench grid (configs/moe_grid.json format), balanced load");
+  cmd->add_option("--rule", o->rule, "with --choose: replace one constant of the schedule rule, NAME=VALUE (repeatable)");
   cmd->callback([common, o, cmd] {
     o->tile_given = cmd->count("--tile") > 0;
     run_moe(*common, *o);

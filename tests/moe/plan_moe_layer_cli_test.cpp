@@ -81,3 +81,23 @@ TEST(PlanMoeLayer, BadInputsExitTwoWithAMessage) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace xstage_cli_test;
+
+TEST(PlanMoeLayer, RuleConstantsCanBeReplaced) {
+  const std::string head = "plan moe --hidden 7168 --inter 2048 --experts 256 --top-k 8 --tokens 4096 --choose --json";
+  const nlohmann::json a = nlohmann::json::parse(xstage(head).out);
+  const CliRun r = xstage(head + " --rule factor_interleaved_bf16=0.9 --rule skew_hedge_waves=0");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json b = nlohmann::json::parse(r.out);
+  EXPECT_EQ(a.at("choice").at("schedule"), "expert_wave");
+  EXPECT_EQ(b.at("choice").at("schedule"), "interleaved");  // a 10% cheaper interleaved mainloop flips the headline
+  expect_input_error(head + " --rule nonsense=1", "unknown constant");
+  expect_input_error(head + " --rule time_jitter=2", "time_jitter");
+  expect_input_error(head + " --rule factor_pipelined=x", "not a number");
+  expect_input_error("plan moe --hidden 7168 --inter 2048 --experts 256 --top-k 8 --tokens 4096 --rule time_jitter=0", "--choose");
+}
+
+}  // namespace

@@ -199,7 +199,7 @@ def audit_md(measured, plan):
            "dep. wait: predicted from the rule's jittered lockstep (±10% tile times), measured: producer_wait_us_per_cta.", "",
            "| config | variant | K_act pred / meas | fence us pred / meas | stall % pred / meas | dep. wait us pred / meas |",
            "|---|---|---:|---:|---:|---:|"]
-    pairs = {"kact": [], "fence": [], "wait": []}
+    pairs = {"kact": [], "fence": [], "wait": [], "stall": []}
     waits_by = {}
     for config, by in measured.items():
         if "/balanced/" not in config:
@@ -219,6 +219,7 @@ def audit_md(measured, plan):
             wait_pred = waits.get(v)
             pairs["kact"].append((c["K_act"]["mean"], k["K_act_mean"]))
             pairs["fence"].append((fence_pred, fence_meas))
+            pairs["stall"].append((c["stall_fraction_of_busy"], k["staging_wait_fraction"]))
             if wait_pred is not None:
                 pairs["wait"].append((wait_pred / 1e3, k["producer_wait_us_per_cta"]))
                 waits_by.setdefault(v, []).append((wait_pred / 1e3, k["producer_wait_us_per_cta"]))
@@ -228,7 +229,11 @@ def audit_md(measured, plan):
     def stats(ps):
         ratios = [a / b for a, b in ps if a > 0 and b > 0]
         return f"geomean pred/meas {geomean(ratios):.2f} over {len(ratios)}, range {min(ratios):.2f}-{max(ratios):.2f}"
+    sp = sorted(p for p, _ in pairs["stall"])
+    sm = sorted(m for _, m in pairs["stall"])
     out += ["", f"- K_act: {stats(pairs['kact'])}", f"- fence per tile: {stats(pairs['fence'])}",
+            f"- stall: predicted {100 * sp[0]:.2f}-{100 * sp[-1]:.2f}% of the busy time ({sum(p == 0 for p in sp)} of {len(sp)} exactly 0), "
+            f"measured staging waits {100 * sm[0]:.2f}-{100 * sm[-1]:.2f}% (median {100 * sm[len(sm) // 2]:.2f}%)",
             f"- dependency waits: {stats(pairs['wait'])}"] + [f"  - {v}: {stats(ps)}" for v, ps in waits_by.items()]
     return "\n".join(out) + "\n"
 

@@ -154,6 +154,7 @@ const char* to_string(StallCause cause) {
     case StallCause::issue: return "issue";
     case StallCause::capacity: return "capacity";
     case StallCause::drain: return "drain";
+    case StallCause::rate: return "rate";
   }
   return "?";
 }
@@ -274,8 +275,9 @@ class CombineSimulation {
         const double queue = held.start_ns - held.staged_ns, issue = held.T_iss0_ns,
                      throttle = held.issued_ns - held.start_ns - held.T_iss0_ns;
         t.cause = queue >= issue && queue >= throttle ? StallCause::drain
-                  : throttle >= issue                 ? StallCause::capacity
-                                                      : StallCause::issue;
+                  : throttle < issue                  ? StallCause::issue
+                  : held.q_at_start > eps_bytes_      ? StallCause::rate
+                                                      : StallCause::capacity;
       }
     }
     if (in_.propagate_stalls) c.shift += t.stall_ns;
@@ -285,6 +287,7 @@ class CombineSimulation {
   void start(CombineCta& c, int i) {
     CombineTileTiming& t = a_.tiles[c.base + i];
     t.start_ns = t_;
+    t.q_at_start = q_;
     starts_.insert(t_);
     c.draining = i;
     t.draining_at_start = static_cast<int>(starts_.size());
@@ -385,7 +388,7 @@ class CombineSimulation {
     a_.throttled_fraction = a_.span_ns > 0.0 ? throttled_ns_ / a_.span_ns : 0.0;
     a_.injection_bytes_per_ns = a_.span_ns > 0.0 ? bytes / a_.span_ns : 0.0;
     double most = 0.0;
-    for (StallCause cause : {StallCause::issue, StallCause::capacity, StallCause::drain})
+    for (StallCause cause : {StallCause::issue, StallCause::capacity, StallCause::drain, StallCause::rate})
       if (a_.stall_by_cause_ns[static_cast<int>(cause)] > most) most = a_.stall_by_cause_ns[static_cast<int>(cause)], a_.binds = cause;
   }
 

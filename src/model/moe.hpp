@@ -123,9 +123,11 @@ struct CombineInjection {
 };
 
 // Why a tile's slot was still held when the MMA needed it (the largest part of the span that outlasted
-// the cover): the storers were still waiting for the previous tile's fence (drain: the bytes ahead of it in
-// the X-Stage, at R), its issue was throttled at Q (capacity), or T_iss0 alone outlasted the cover (issue).
-enum class StallCause { none, issue, capacity, drain };
+// the cover): T_iss0 alone outlasted the cover (issue); its issue was throttled at Q with the X-Stage empty when
+// it started, so its own group of aligned bursts overflowed Q (capacity); throttled at Q behind bytes of earlier
+// bursts still draining, so the injection outran R (rate); or the storers were still waiting for the previous
+// tile's fence, which returns once the bytes ahead of it have drained at R (drain).
+enum class StallCause { none, issue, capacity, drain, rate };
 const char* to_string(StallCause cause);
 
 struct CombineTileTiming {
@@ -138,6 +140,7 @@ struct CombineTileTiming {
   double stall_ns = 0.0;   // Δt of this tile: staged - ready
   double T_iss0_ns = 0.0;  // its unhindered issue time (bytes / per-CTA rate)
   bool throttled = false;  // its issue was throttled at Q
+  double q_at_start = 0.0; // bytes in the X-Stage when its storers started
   int draining_at_start = 0;  // K_act as the kernel counts it: CTAs in [start, drained), itself included
   double spread_ns = 0.0;     // start minus the earliest start among those draining at once (phase spread)
   StallCause cause = StallCause::none;  // of this tile's stall (attributed to the tile that held the slot)
@@ -154,7 +157,7 @@ struct CombineAudit {
   double stalled_fraction = 0.0;    // tiles with Δt > 0
   double stall_ns_per_cta = 0.0;    // Σ Δt / CTAs
   double stall_ns_max_cta = 0.0;    // the most one CTA stalled
-  double stall_by_cause_ns[4] = {}; // Σ Δt by StallCause
+  double stall_by_cause_ns[5] = {}; // Σ Δt by StallCause
   StallCause binds = StallCause::none;  // the cause with the largest Σ Δt (none: no tile stalled)
   double q_peak_bytes = 0.0;
   double throttled_fraction = 0.0;  // of the time from the first ready to the last fence

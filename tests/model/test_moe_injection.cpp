@@ -120,21 +120,33 @@ TEST(MoeInjection, TheStorerWaitsForThePreviousFence) {
   EXPECT_GT(b.stall_ns_per_cta, a.stall_ns_per_cta);
 }
 
-TEST(MoeInjection, ThrottledIssueIsCapacityBound) {
-  // 148 CTAs, each a tile every 2 us: the aligned 148 × 64 KiB overflows Q, the issue is throttled, and the
-  // slot is held past the next mainloop end.
+TEST(MoeInjection, ThrottledIssueIsCapacityOrRateBound) {
+  // 148 CTAs stage a 64 KiB tile at once into an empty X-Stage: 9.25 MiB overflows Q, every issue is throttled,
+  // and each CTA's next tile, 2 us later, finds its one slot still held: capacity (their own aligned burst).
   CombineInjection in;
-  in.ctas.assign(148, {});
-  for (auto& c : in.ctas)
-    for (int i = 0; i < 4; ++i) c.push_back({2000.0 * i, 64 * KiB});
+  in.ctas.assign(148, {{0.0, 64 * KiB}, {2000.0, 64 * KiB}});
   in.B_ref_bytes = 64 * KiB;
   in.latency_ns = 0.0;
   const CombineAudit a = simulate_combine(kPaper, in);
   EXPECT_TRUE(a.tiles[0].throttled);
+  EXPECT_DOUBLE_EQ(a.tiles[0].q_at_start, 0.0);
   EXPECT_GT(a.stall_ns_per_cta, 0.0);
   EXPECT_EQ(a.binds, StallCause::capacity);
   EXPECT_GT(a.throttled_fraction, 0.0);
   EXPECT_LE(a.q_peak_bytes, kPaper.Q_bytes + 1.0);
+  // Aligned, each round starts from an empty X-Stage again (every storer waits for its fence, so q drains
+  // between rounds): still capacity. Staggered over the 2 us instead, the CTAs' tiles start behind other CTAs'
+  // bytes: the injection (4.7 TB/s offered against R = 717 GB/s) outruns the drain (rate), or the storers wait
+  // on fences that do (drain).
+  for (std::size_t c = 0; c < in.ctas.size(); ++c) {
+    in.ctas[c].clear();
+    for (int i = 0; i < 6; ++i) in.ctas[c].push_back({2000.0 * i + 2000.0 * c / 148, 64 * KiB});
+  }
+  const CombineAudit b = simulate_combine(kPaper, in);
+  EXPECT_GT(b.stall_by_cause_ns[static_cast<int>(StallCause::rate)] + b.stall_by_cause_ns[static_cast<int>(StallCause::drain)],
+            b.stall_by_cause_ns[static_cast<int>(StallCause::capacity)]);
+  EXPECT_TRUE(b.binds == StallCause::rate || b.binds == StallCause::drain) << to_string(b.binds);
+  EXPECT_GT(b.injection_bytes_per_ns, 0.0);
 }
 
 TEST(MoeInjection, KactCountsTheDrainingCtasAndTheirPhaseSpread) {
@@ -176,6 +188,7 @@ TEST(MoeInjection, EmptyAndBadInput) {
   EXPECT_THROW(simulate_combine(kPaper, in), InputError);
   EXPECT_THROW(simulate_combine(PlatformPoint{0.0, 1.0, 1.0}, one_cta({0.0}, 1.0, 1, 0.0)), InputError);
   EXPECT_STREQ(to_string(StallCause::capacity), "capacity");
+  EXPECT_STREQ(to_string(StallCause::rate), "rate");
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 //   T(v) = M(v) · f(v) · (1 + h(v)) + Δt(v) + c_reread · B_reread(v) / BW_HBM
 //
 //   M(v)        makespan of the lockstep simulation of every CTA's own walk (schedule_host.hpp's
-//               simulate_ctas), tile times from an assumed throughput with ±10% seeded jitter: the
-//               dependency waits (wave boundaries, L1 stragglers) that the X-Stage model does not price;
+//               simulate_ctas) at the balanced load, tile times from an assumed throughput with ±10% seeded
+//               jitter: the dependency waits (wave boundaries, L1 stragglers) that the X-Stage model does not price;
 //   f(v)        the mainloop cost of what the lockstep does not see: interleaved bf16 1.056 (the L2's extra
 //               load with two experts' weights streaming, run43), pipelined waves 1.11 (two waves' weights
 //               in flight, run32), M-pairs 0.96 (each weight tile fetched once per pair, run43);
@@ -60,7 +60,8 @@ inline constexpr double kH200NvLink4PointBytes = 32768.0;  // the B that point w
 struct ScheduleRule {
   double tflops_bf16 = 550.0;    // tile-phase throughput for the tile times: bf16 550 (run43: 5.07-5.26 ms for 2.89 TFLOP)
   double tflops_fp8 = 790.0;     // fp8 790 (run28: 5.77 TFLOP in 7.27 ms of tiles)
-  double time_jitter = 0.10;     // ±10% per tile in the lockstep: matches the measured wave-boundary waits (run44)
+  double time_jitter = 0.10;     // ±10% per tile in the lockstep: a wave boundary waits for the slowest of many tiles;
+                                 // the score on run44 is flat from 0 to ±30% (results/h200x2/moe/auto-rule/sensitivity.md)
   std::uint64_t seed = 1;
   double factor_interleaved_bf16 = 1.056;  // run43: interleaved N-pairs 5.62 ms vs waves 5.32 ms, same work, one GPU
   double factor_interleaved_fp8 = 1.0;     // fp8 moves half the operand bytes per FLOP: no L2 penalty assumed
@@ -72,8 +73,8 @@ struct ScheduleRule {
   // / (wave/interleaved balanced)), M-pairs 4.4% (the same for M-pairs waves against single-CTA waves, 26 pairs).
   double skew_hedge_waves = 0.031;
   double skew_hedge_m_pairs = 0.022;
-  int m_pairs_min_rows = 512;    // M-pairs only if every expert's balanced load fills two 256-row blocks
-                                 // (routing unknown: under skew M-pairs lost up to 20% where experts had 256 rows)
+  int m_pairs_min_rows = 512;    // M-pairs only if every expert's balanced load fills two 256-row blocks (routing
+                                 // unknown: run38's mixed M-pairs were 1.13-1.22x slower on skewed small experts)
   double l2_bytes = 62914560.0;  // H200 L2 (cudaDevAttrL2CacheSize, run44's bench.json)
   double hbm_bytes_per_ns = 4800.0;  // H200 HBM3e peak, 4.8 TB/s
   double reread_cost = 0.5;      // share of the re-read time not hidden behind the mainloop (fitted on the

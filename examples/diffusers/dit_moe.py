@@ -175,7 +175,7 @@ def main(argv=None):
     p.add_argument("--t5-tokens", type=int, default=128)
     p.add_argument("--llama-tokens", type=int, default=128)
     p.add_argument("--text-dim", type=int, default=4096)
-    p.add_argument("--schedule", default="interleaved")
+    p.add_argument("--schedule", default="auto")
     p.add_argument("--paths", default=",".join(PATHS), help="comma-separated: " + ", ".join(PATHS))
     p.add_argument("--no-fp32-reference", action="store_true")
     p.add_argument("--warmup", type=int, default=3)

@@ -26,11 +26,12 @@ _OP = "xstage.moe"
 
 # schedule name -> (XSTAGE_MOE_SCHEDULE_*, wave_lag). docs/MOE.md describes them.
 SCHEDULES = {
+    "auto": (_capi.MOE_SCHEDULE_AUTO, 0),
     "interleaved": (_capi.MOE_SCHEDULE_INTERLEAVED, 0),
     "expert_wave": (_capi.MOE_SCHEDULE_EXPERT_WAVE, 0),
     "pipelined_waves": (_capi.MOE_SCHEDULE_EXPERT_WAVE, 1),
 }
-DEFAULT_SCHEDULE = "interleaved"
+DEFAULT_SCHEDULE = "auto"
 
 
 class MoeWeights(NamedTuple):
@@ -264,9 +265,11 @@ def moe(
     its tile_n (0: the default, which moe_pack_weights also uses). All contiguous, on this rank's GPU.
     Returns [tokens, hidden] bf16.
 
-    schedule: "interleaved" (default: Linear-1 and Linear-2 tiles interleaved with a lead, CTA pairs where
-    the tiles pair up), "expert_wave" (experts in waves) or "pipelined_waves" (waves, Linear-2 one wave
-    behind). cluster_n / cluster_m: CTA pairs along N (0: automatic) / M. max_tokens: the most tokens a
+    schedule: "auto" (default: the schedule and CTA pairing chosen for the layer's shape when it is built,
+    docs/MOE.md "Choosing the schedule per layer"; cluster_n / cluster_m are then ignored), "interleaved"
+    (Linear-1 and Linear-2 tiles interleaved with a lead, CTA pairs where the tiles pair up), "expert_wave"
+    (experts in waves) or "pipelined_waves" (waves, Linear-2 one wave behind). cluster_n / cluster_m: CTA
+    pairs along N (0: automatic) / M. max_tokens: the most tokens a
     call of this rank may have; required (and the same on every rank) for groups of more than one rank;
     one rank: default the call's token count (a cached layer with room is reused). Router ids outside
     [0, E) are dropped and reported by xstage.distributed.poll().

@@ -25,7 +25,7 @@ class MoE(torch.nn.Module):
     quantized once by load_weights). forward(x, topk_ids, topk_weights): x [..., hidden] bf16, topk_ids
     [..., top_k] int32 global expert ids, topk_weights [..., top_k] float32 -> [..., hidden] bf16.
 
-    schedule: default "interleaved" (docs/PYTHON.md); max_tokens: the most tokens per forward on this rank
+    schedule: default "auto" (docs/PYTHON.md); max_tokens: the most tokens per forward on this rank
     (required with more than one rank, the same on every rank; one rank: any count).
     """
 

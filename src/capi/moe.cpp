@@ -66,10 +66,12 @@ Checked check_config(const xstage_moe_config* c, int32_t ranks) {
                     s(moe::kMegaMoeMaxLocalExperts) + ", and ranks x local experts <= " + s(moe::kMegaMoeMaxCounts) + ")");
 
   moe::FusedMoeOptions& o = out.options;
-  require_input(c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED || c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE,
-                "config.schedule is " + s(c->schedule) + "; it must be XSTAGE_MOE_SCHEDULE_INTERLEAVED (0) or "
-                "XSTAGE_MOE_SCHEDULE_EXPERT_WAVE (1)");
-  o.schedule = c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED ? moe::MoeScheduleKind::interleaved : moe::MoeScheduleKind::expert_wave;
+  require_input(c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED || c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ||
+                    c->schedule == XSTAGE_MOE_SCHEDULE_AUTO,
+                "config.schedule is " + s(c->schedule) + "; it must be XSTAGE_MOE_SCHEDULE_INTERLEAVED (0), "
+                "XSTAGE_MOE_SCHEDULE_EXPERT_WAVE (1) or XSTAGE_MOE_SCHEDULE_AUTO (2)");
+  o.automatic = c->schedule == XSTAGE_MOE_SCHEDULE_AUTO;
+  o.schedule = c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ? moe::MoeScheduleKind::expert_wave : moe::MoeScheduleKind::interleaved;
   require_input(c->wave_lag >= 0, "config.wave_lag is " + s(c->wave_lag) + "; it must be >= 0 (1: pipelined waves)");
   require_input(c->wave_experts >= 0 && c->wave_experts <= p.E_local(),
                 "config.wave_experts is " + s(c->wave_experts) + "; it must be 0 (automatic) to " + s(p.E_local()) +

@@ -193,8 +193,11 @@ XSTAGE_C_API int xstage_ulysses_destroy(xstage_ulysses* layer);
  *   out           [T_s][hidden]                   bf16
  * -------------------------------------------------------------------------------------------------- */
 
-#define XSTAGE_MOE_SCHEDULE_INTERLEAVED 0 /* the default */
+#define XSTAGE_MOE_SCHEDULE_INTERLEAVED 0 /* the C default (a zeroed config) */
 #define XSTAGE_MOE_SCHEDULE_EXPERT_WAVE 1
+#define XSTAGE_MOE_SCHEDULE_AUTO 2        /* schedule, wave_lag, cluster_n, cluster_m chosen for the layer when it is
+                                             created (docs/MOE.md, "Choosing the schedule per layer"); those
+                                             fields are then ignored. The Python package's default */
 
 typedef struct xstage_moe_config {
   int32_t experts;      /* E, all ranks together (a multiple of P) */

@@ -97,7 +97,7 @@ bool matches(const std::string& name, const std::string& filter) {
 // The implementations `--impl` names: the unfused baseline with either GEMM path, and the fused kernel
 // with either schedule.
 const std::vector<std::string> kImplNames = {"unfused-loop", "unfused-grouped", "megamoe-wave", "megamoe-wave-pipelined",
-                                             "megamoe-interleaved"};
+                                             "megamoe-interleaved", "megamoe-auto"};
 
 std::vector<std::string> impl_list(const std::string& s) {
   std::vector<std::string> out;
@@ -106,7 +106,7 @@ std::vector<std::string> impl_list(const std::string& s) {
     if (part.empty()) continue;
     require_input(std::find(kImplNames.begin(), kImplNames.end(), part) != kImplNames.end(),
                   "--impl: unknown implementation '" + part + "' (choose from unfused-loop, unfused-grouped, megamoe-wave, "
-                  "megamoe-wave-pipelined, megamoe-interleaved)");
+                  "megamoe-wave-pipelined, megamoe-interleaved, megamoe-auto)");
     out.push_back(part);
   }
   require_input(!out.empty(), "--impl: name at least one implementation");
@@ -139,6 +139,7 @@ std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe:
   if (name == "unfused-loop") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::per_expert_loop);
   if (name == "unfused-grouped") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::grouped);
   moe::FusedMoeOptions opt;
+  opt.automatic = name == "megamoe-auto";  // then --cluster / --cluster-m are chosen too
   opt.schedule = name == "megamoe-interleaved" ? moe::MoeScheduleKind::interleaved : moe::MoeScheduleKind::expert_wave;
   opt.wave_lag = name == "megamoe-wave-pipelined" ? 1 : 0;
   opt.D_rows = args.D_rows;
@@ -530,6 +531,9 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         if (lead) std::printf("%-52s %-34s skipped: %s\n", c.name.c_str(), impl.c_str(), e.what());
         continue;
       }
+      const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(layer.get());
+      const std::string schedule_reason = fused ? fused->schedule_reason() : "";
+      if (lead && impl == "megamoe-auto") std::printf("    megamoe-auto chose %s: %s\n", layer->name().c_str(), schedule_reason.c_str());
       moe::LayerOutput out = moe::make_layer_output(pr);
       const moe::MoeLayerViews views = in.views(out);
       auto launch = [&] { layer->enqueue(views, stream); };
@@ -616,7 +620,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                   *std::min_element(max_ms.begin(), max_ms.end()), tflops, gbps, static_cast<long long>(rows_min),
                   static_cast<long long>(rows_max));
       std::fflush(stdout);
-      doc["results"].push_back({{"config", c.name}, {"impl", layer->name()}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
+      doc["results"].push_back({{"config", c.name}, {"impl", layer->name()}, {"schedule_reason", schedule_reason}, {"h", c.h}, {"h_inter", c.I}, {"E", c.E},
                                 {"k", c.k}, {"tokens_per_rank", c.T}, {"dtype", dtype_name(c.dtype)},
                                 {"routing", c.zipf_s < 0 ? "balanced" : "skewed"}, {"zipf_s", c.zipf_s},
                                 {"median_ms", med}, {"trial_max_over_ranks_ms", max_ms}, {"per_rank_ms", per_rank},
@@ -703,8 +707,10 @@ void add_moe_command(CLI::App& app) {
                     "comma-separated implementations: unfused-loop (NCCL + cublasGemmEx per expert), unfused-grouped\n"
                     "(NCCL + cublasGemmGroupedBatchedEx; bf16 only), megamoe-wave, megamoe-wave-pipelined,\n"
                     "megamoe-interleaved (the fused kernel with the expert-wave schedule, the same with each wave's\n"
-                    "Linear-2 after the next wave's Linear-1, or the interleaved schedule). Default: all five for\n"
-                    "check; unfused-loop, megamoe-wave, megamoe-wave-pipelined, megamoe-interleaved for bench");
+                    "Linear-2 after the next wave's Linear-1, or the interleaved schedule), megamoe-auto (the fused\n"
+                    "kernel with the schedule and CTA pairing chosen per layer, as `xstage plan moe --choose` says).\n"
+                    "Default: all but megamoe-auto for check; unfused-loop, megamoe-wave, megamoe-wave-pipelined,\n"
+                    "megamoe-interleaved, megamoe-auto for bench");
     cmd->add_option("--lead", args->D_rows, "megamoe-interleaved: lead D of Linear-1 over Linear-2 in scheduler rows "
                                             "(default: max(D_knee, K_SM / P2), schedule_host.hpp)");
     cmd->add_option("--wave", args->wave_experts, "megamoe-wave(-pipelined): experts per wave (default: the wave-size heuristic)");
@@ -751,7 +757,7 @@ void add_moe_command(CLI::App& app) {
                     "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
                     "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe_trace.py plots it)");
   bench->callback([args] {
-    if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved";
+    if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto";
     spawn_or_run(*args, false);
   });
 }

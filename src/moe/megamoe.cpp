@@ -10,6 +10,7 @@
 #include "moe/fp8/quantize_device.hpp"
 #include "moe/kernel/call_kernels.hpp"
 #include "moe/kernel/status.hpp"
+#include "moe/schedule/auto_schedule.hpp"
 #include "moe/schedule/schedule_host.hpp"
 
 namespace xstage::moe {
@@ -36,6 +37,14 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   grid_ = sms;
+  if (opt_.automatic) {
+    const ScheduleChoice choice = choose_schedule(pr_, sms);
+    opt_.schedule = choice.schedule;
+    opt_.wave_lag = choice.wave_lag;
+    opt_.cluster_n = choice.cluster_n;
+    opt_.cluster_m = choice.cluster_m;
+    schedule_reason_ = choice.reason;
+  }
   const bool half_l2 = pr_.h_hidden % pr_.b_n != 0;  // validate() allows this only as b_n = 256 with h an odd multiple of 128
   {
     const bool pairs = !half_l2 && grid_ % 2 == 0 && pr_.P1_l1_n_blocks() % 2 == 0 && pr_.P2_l2_n_blocks() % 2 == 0;
@@ -108,7 +117,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
 }
 
 std::string FusedMoeLayer::name() const {
-  return std::string("megamoe-") + to_string(opt_.schedule) +
+  return std::string(opt_.automatic ? "megamoe-auto: " : "megamoe-") + to_string(opt_.schedule) +
          (opt_.schedule == MoeScheduleKind::interleaved
               ? " D=" + std::to_string(D_rows_)
               : " W=" + std::to_string(wave_experts_) + (opt_.wave_lag > 0 ? " lag=" + std::to_string(opt_.wave_lag) : "")) +

@@ -28,6 +28,11 @@
 namespace xstage::moe {
 
 struct FusedMoeOptions {
+  // true: schedule, wave_lag, cluster_n and cluster_m are chosen for the problem when the layer is built
+  // (choose_schedule, schedule/auto_schedule.hpp: the lockstep makespan, mainloop factors, a routing-skew hedge,
+  // the X-Stage audit's stall and the weight re-reads, at the balanced load and H200's calibrated M_X); the four
+  // fields below are then ignored.
+  bool automatic = false;
   MoeScheduleKind schedule = MoeScheduleKind::interleaved;
   int D_rows = 0;                 // interleaved lead; 0 = interleave_lead_rows (schedule_host.hpp)
   int wave_experts = 0;           // expert-wave size; 0 = wave_size_experts heuristic
@@ -48,6 +53,8 @@ class FusedMoeLayer final : public MoeLayerImpl {
   void enqueue(const MoeLayerViews& views, cudaStream_t stream) override;
   void poll() const override;
   std::string name() const override;
+  // Why the schedule is what it is: choose_schedule's reason (automatic), or "as configured".
+  const std::string& schedule_reason() const { return schedule_reason_; }
 
   const SymmetricWindow& window() const { return window_; }
   // Calls the device has completed (blocking; tests and reports).
@@ -78,6 +85,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
   MoeProblem pr_;
   comm::Runtime& rt_;
   FusedMoeOptions opt_;
+  std::string schedule_reason_ = "as configured";
   SymmetricWindow window_;
   std::unique_ptr<comm::SymmetricBuffer> buffer_;
   comm::CallState state_;

@@ -235,7 +235,7 @@ def test_moe_not_contiguous(fake):
 def test_moe_tokens_and_options(fake, group_of):
     with pytest.raises(ValueError, match="100 tokens, more than max_tokens = 64"):
         xstage.moe(**moe_args(), max_tokens=64)
-    with pytest.raises(ValueError, match=r"schedule is 'waves'; it must be one of \['expert_wave', 'interleaved', 'pipelined_waves'\]"):
+    with pytest.raises(ValueError, match=r"schedule is 'waves'; it must be one of \['auto', 'expert_wave', 'interleaved', 'pipelined_waves'\]"):
         xstage.moe(**moe_args(), schedule="waves")
     group_of(2)  # 8 local experts x 2 ranks = 16 experts
     with pytest.raises(ValueError, match="top_k = 17 is more than the layer's 16 experts"):
@@ -291,7 +291,7 @@ def test_nn_moe_on_meta(c_library, dtype):
     ids = torch.empty(2, 50, K, dtype=I32, device="meta")
     y = m(x, ids, torch.empty(2, 50, K, dtype=F32, device="meta"))
     assert y.shape == (2, 50, H) and y.dtype == BF16
-    assert "schedule='interleaved'" in repr(m)
+    assert "schedule='auto'" in repr(m)
 
 
 def test_nn_moe_arguments(c_library, group_of):
@@ -458,6 +458,7 @@ def test_c_moe_config_rejects(c_library, case):
 def test_c_moe_config_accepts_the_headline_shapes(c_library):
     _capi.moe_check_config(config(), 1)  # DeepSeek-V3-like, EP=1
     _capi.moe_check_config(config(dtype=_capi.DTYPE_FLOAT8_E4M3), 8)
+    _capi.moe_check_config(config(schedule=_capi.MOE_SCHEDULE_AUTO), 2)
     _capi.moe_check_config(config(experts=16, top_k=2, hidden=1152, inter=4608, schedule=1, wave_lag=1), 2)
     assert _capi.moe_default_tile_n(_capi.DTYPE_BFLOAT16, 7168, 2048) == 256
     assert _capi.moe_default_tile_n(_capi.DTYPE_BFLOAT16, 1152, 4608) == 128  # h an odd multiple of 128

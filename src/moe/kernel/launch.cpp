@@ -6,8 +6,6 @@
 
 namespace xstage::moe {
 
-const char* to_string(MoeScheduleKind kind) { return kind == MoeScheduleKind::expert_wave ? "expert-wave" : "interleaved"; }
-
 const char* to_string(MegaMoeConfigId id) {
   switch (id) {
     case MegaMoeConfigId::bf16_n128: return "bf16_n128";

@@ -12,15 +12,13 @@
 #include "moe/kernel/status.hpp"
 #include "moe/problem/layout.hpp"
 #include "moe/problem/problem.hpp"
+#include "moe/schedule/schedule_kind.hpp"
 
 namespace xstage::moe {
 
 // The kernel's shared-memory tables (kernel/config.hpp): local experts, and P · E_local per-source counts.
 inline constexpr int kMegaMoeMaxLocalExperts = 512;
 inline constexpr int kMegaMoeMaxCounts = 2048;
-
-enum class MoeScheduleKind { expert_wave, interleaved };
-const char* to_string(MoeScheduleKind kind);
 
 // The kernel configurations that are built (kernel/config.hpp): dtype, b_n, CTA pairs along N (_pairs) or
 // M (_mpairs), each row's last Linear-2 block half full (_half).

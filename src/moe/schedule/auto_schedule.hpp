@@ -35,16 +35,7 @@
 #include "model/burst_gap.hpp"
 #include "moe/problem/problem.hpp"
 #include "moe/schedule/schedule_host.hpp"
-
-#if __has_include(<cuda_runtime.h>)
-#include "moe/kernel/launch.hpp"  // MoeScheduleKind
-#else
-namespace xstage::moe {
-// The same declaration as moe/kernel/launch.hpp's (same tokens), for translation units built without the
-// CUDA headers (this library is CUDA-free); where launch.hpp is reachable, it is the one included above.
-enum class MoeScheduleKind { expert_wave, interleaved };
-}  // namespace xstage::moe
-#endif
+#include "moe/schedule/schedule_kind.hpp"
 
 namespace xstage::moe {
 

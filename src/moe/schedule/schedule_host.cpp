@@ -515,8 +515,3 @@ ScheduleAudit audit_schedule(const MoeProblem& problem, const std::vector<int>& 
 }
 
 }  // namespace xstage::moe
-
-// choose_schedule (auto_schedule.cpp) is compiled in this translation unit: src/moe/CMakeLists.txt does not list
-// auto_schedule.cpp yet. Once it does (schedule/auto_schedule.cpp beside schedule/schedule_host.cpp in
-// xstage_moe), delete this line, or the linker reports every function of it twice.
-#include "moe/schedule/auto_schedule.cpp"  // NOLINT(bugprone-suspicious-include)

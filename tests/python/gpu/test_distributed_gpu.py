@@ -270,7 +270,7 @@ def test_moe_matches_torch_reference(comm, shape, dtype, record_property):
 
 
 @hopper
-@pytest.mark.parametrize("schedule", ["interleaved", "expert_wave", "pipelined_waves"])
+@pytest.mark.parametrize("schedule", ["auto", "interleaved", "expert_wave", "pipelined_waves"])
 @pytest.mark.parametrize("routing", ["balanced", "hot"])
 def test_moe_schedules_and_routings(comm, schedule, routing):
     E, K, h, inter, T = 16, 4, 1024, 512, 512

@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--moe-tokens", type=int, default=4096)
     ap.add_argument("--moe-dtypes", default="bf16", help="bf16 and/or fp8, comma-separated")
-    ap.add_argument("--schedules", default="interleaved", help="comma-separated: interleaved, expert_wave, pipelined_waves")
+    ap.add_argument("--schedules", default="auto", help="comma-separated: auto, interleaved, expert_wave, pipelined_waves")
     ap.add_argument("--skip", default="", help="comma-separated: attention, moe")
     args = ap.parse_args()
     comm = setup()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On a GPU machine (expert parallelism over every visible GPU unless GPUS says otherwise; one GPU is EP = 1):
+# the MegaMoE schedule chosen per layer (megamoe-auto) judged on configurations it was not tuned on.
+#   1. `xstage moe check --impl megamoe-auto`: the chosen configurations are correct (every check case);
+#   2. `xstage moe bench` over configs/moe_heldout.json with every fused schedule and megamoe-auto, then the
+#      same with M-pairs (--cluster-m 2), one seed for both: the six variants the rule chooses among, and what
+#      it chose, in the same run (tools/moe_auto_eval.py scores it against the predictions committed before);
+#   3. the interleaved schedule's lead D swept on the DeepSeek-V3-like layer (D_knee is the default);
+#   4. with an instrumented build (XSTAGE_STATS_BIN=<dir with xstage built with -DXSTAGE_MOE_STATS=ON>): the
+#      per-tile trace of the fine-grained held-out shape under expert-wave and interleaved (tools/moe_trace.py).
+# MOE_SCHED_TRIALS (default 20) sets the trials per configuration. Everything lands in ${OUT:-out}/:
+# moe_schedules.log and moe_schedules.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+OUT=${OUT:-out}; W="$OUT/moe_schedules"; mkdir -p "$W"
+exec > >(tee "$OUT/moe_schedules.log") 2>&1
+X="$XSTAGE_BIN_DIR/xstage"
+GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+TRIALS=${MOE_SCHED_TRIALS:-20}
+FUSED=megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved
+failures=0
+
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+date -u
+
+step "xstage moe check --impl megamoe-auto (EP = $GPUS)"
+timed "check auto" -- timeout 300 "$X" moe check --gpus "$GPUS" --impl megamoe-auto --out "$W/check_auto.json" || failures=$((failures+1))
+
+mkdir -p "$W/lead"
+SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+step "held-out configurations: every fused schedule and megamoe-auto, seed $SEED"
+timed "bench held-out" -- timeout 600 "$X" moe bench --gpus "$GPUS" --config configs/moe_heldout.json --impl "$FUSED,megamoe-auto" \
+  --trials "$TRIALS" --seed "$SEED" --out "$W/bench.json" || failures=$((failures+1))
+step "held-out configurations on M-pairs (--cluster-m 2), the same seed"
+timed "bench held-out M-pairs" -- timeout 600 "$X" moe bench --gpus "$GPUS" --config configs/moe_heldout.json --impl "$FUSED" \
+  --trials "$TRIALS" --seed "$SEED" --cluster-m 2 --out "$W/bench-m-pairs.json" || failures=$((failures+1))
+
+step "the interleaved schedule's lead D on the DeepSeek-V3-like layer (4096 tokens per rank, balanced)"
+for dtype in bf16 fp8; do
+  for D in 1 2 4 8 16 32 64; do
+    timed "lead $D $dtype" -- timeout 120 "$X" moe bench --gpus "$GPUS" --dtype "$dtype" --impl megamoe-interleaved --lead "$D" \
+      --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" --trials "$TRIALS" --seed "$SEED" \
+      --out "$W/lead/D${D}_$dtype.json" || failures=$((failures+1))
+  done
+done
+
+if [ -n "${XSTAGE_STATS_BIN:-}" ]; then
+  step "per-tile traces (instrumented build): the fine-grained held-out shape, expert-wave and interleaved"
+  timed "trace" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" --config configs/moe_heldout.json \
+    --filter "h4096-i256-e64-k8/t6144/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
+    --trace "$W/trace" --out "$W/trace_bench.json" || failures=$((failures+1))
+fi
+
+tar -C "$W" -czf "$OUT/moe_schedules.tar.gz" . && rm -rf "$W"
+step "done: $failures failure(s)"
+exit $((failures > 0))

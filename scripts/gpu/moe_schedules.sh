@@ -40,7 +40,7 @@ timed "bench held-out M-pairs" -- timeout 600 "$X" moe bench --gpus "$GPUS" --co
 step "the interleaved schedule's lead D on the DeepSeek-V3-like layer (4096 tokens per rank, balanced)"
 for dtype in bf16 fp8; do
   for D in 1 2 4 8 16 32 64; do
-    timed "lead $D $dtype" -- timeout 120 "$X" moe bench --gpus "$GPUS" --dtype "$dtype" --impl megamoe-interleaved --lead "$D" \
+    timed "lead $D $dtype" -- timeout 120 "$X" moe bench --gpus "$GPUS" --dtype "$dtype" --impl megamoe-interleaved --lead "$D" --warmup-ms 500 \
       --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" --trials "$TRIALS" --seed "$SEED" \
       --out "$W/lead/D${D}_$dtype.json" || failures=$((failures+1))
   done

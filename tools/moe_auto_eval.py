@@ -226,6 +226,10 @@ def audit_md(measured, plan):
             out.append(f"| {config} | {short(v)} | {c['K_act']['mean']:.0f} / {k['K_act_mean']:.0f} | {fence_pred:.1f} / {fence_meas:.1f} | "
                        f"{100 * c['stall_fraction_of_busy']:.2f} / {100 * k['staging_wait_fraction']:.2f} | "
                        f"{(wait_pred if wait_pred is not None else float('nan')) / 1e3:.0f} / {k['producer_wait_us_per_cta']:.0f} |")
+    if not pairs["kact"]:
+        return "\n".join(out + ["", "No balanced configuration carries the kernel's counters: the bench ran on a build without "
+                                 "them (CMake -DXSTAGE_MOE_STATS=ON adds them)."]) + "\n"
+
     def stats(ps):
         ratios = [a / b for a, b in ps if a > 0 and b > 0]
         return f"geomean pred/meas {geomean(ratios):.2f} over {len(ratios)}, range {min(ratios):.2f}-{max(ratios):.2f}"

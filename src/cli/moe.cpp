@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -404,7 +403,7 @@ void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const
                     {"tiles", {"stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait"}},
                     {"drains", {"staged", "issued", "drained"}}};
   doc["ctas"] = ctas;
-  std::ofstream(path) << doc.dump() << "\n";
+  write_json_file(path, doc, -1);  // compact: a trace holds every tile of every CTA
 }
 
 // The fused kernel's own account of the last forward (clock64 totals over CTAs, per CTA in µs at the SM
@@ -533,7 +532,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       }
       const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(layer.get());
       const std::string schedule_reason = fused ? fused->schedule_reason() : "";
-      if (lead && impl == "megamoe-auto") std::printf("    megamoe-auto chose %s: %s\n", layer->name().c_str(), schedule_reason.c_str());
+      if (lead && impl == "megamoe-auto") std::printf("    %s, because %s\n", layer->name().c_str(), schedule_reason.c_str());
       moe::LayerOutput out = moe::make_layer_output(pr);
       const moe::MoeLayerViews views = in.views(out);
       auto launch = [&] { layer->enqueue(views, stream); };

@@ -32,12 +32,12 @@ std::string utc_timestamp() {
   return buf;
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& doc) {
+void write_json_file(const std::string& path, const nlohmann::json& doc, int indent) {
   const std::filesystem::path p(path);
   if (p.has_parent_path()) ensure_directory(p.parent_path().string());
   std::ofstream out(path);
   if (!out) throw Error("cannot open '" + path + "' for writing");
-  out << doc.dump(2) << '\n';
+  out << doc.dump(indent) << '\n';
   if (!out) throw Error("failed writing '" + path + "'");
 }
 

@@ -14,8 +14,9 @@ const std::string& command_line();
 // Current time, UTC, ISO 8601 ("2026-11-29T23:40:00Z").
 std::string utc_timestamp();
 
-// Writes `doc` to `path` (pretty-printed, trailing newline); throws xstage::Error naming the path.
-void write_json_file(const std::string& path, const nlohmann::json& doc);
+// Writes `doc` to `path` (indented by `indent` spaces, -1: compact; trailing newline), creating its folder; throws
+// xstage::Error naming the path.
+void write_json_file(const std::string& path, const nlohmann::json& doc, int indent = 2);
 // Reads and parses `path`; throws InputError naming the path and the parse error.
 nlohmann::json read_json_file(const std::string& path);
 

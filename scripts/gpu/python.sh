@@ -3,10 +3,12 @@
 # .carry/python/libxstage_c.so, else build/libxstage_c.so) and, where PyPI cannot be reached, the wheels
 # examples/diffusers/README.md lists in $XSTAGE_WHEELS (installed with --no-deps into a scratch folder on
 # PYTHONPATH, next to the machine's own torch).
-#   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op);
+#   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
+#      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
 #   2. each op timed through torch (tests/python/gpu/time_ops.py) beside the same kernels timed by the CLI;
 #   3. the diffusers examples: Flux with xstage.flash_attention against SDPA, the Ulysses DiT (every visible
-#      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch.
+#      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch, at EP = 1 and over
+#      every GPU.
 # Everything lands in ${OUT:-out}/: python.log and python.tar.gz (the JSONs and logs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,6 +45,11 @@ python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', 
 
 step "pytest tests/python"
 timed "pytest" -- timeout 600 python3 -m pytest -q -rs -p no:cacheprovider -o junit_family=legacy tests/python --junitxml "$W/pytest.xml" || failures=$((failures+1))
+if [ "$GPUS" -ge 2 ]; then
+  step "the distributed GPU tests over $GPUS ranks (torchrun)"
+  timed "pytest torchrun" -- timeout 600 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" -m pytest -q -rs \
+    -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
+fi
 
 step "the ops through torch, and the same kernels through the CLI"
 timed "time_ops" -- timeout 300 python3 tests/python/gpu/time_ops.py --moe-dtypes bf16 --out "$W/time_ops.json" || failures=$((failures+1))
@@ -57,6 +64,10 @@ timed "flux + flash_attention" -- timeout 300 python3 examples/diffusers/dit_att
 timed "ulysses DiT" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" examples/diffusers/dit_ulysses.py \
   --out "$W/dit_ulysses_p$GPUS.json" || failures=$((failures+1))
 timed "MoE DiT" -- timeout 300 python3 examples/diffusers/dit_moe.py --out "$W/dit_moe_ep1.json" || failures=$((failures+1))
+if [ "$GPUS" -ge 2 ]; then
+  timed "MoE DiT, EP = $GPUS" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" \
+    examples/diffusers/dit_moe.py --out "$W/dit_moe_ep$GPUS.json" || failures=$((failures+1))
+fi
 
 tar -C "$W" -czf "$OUT/python.tar.gz" . && rm -rf "$W"
 step "done: $failures failure(s)"

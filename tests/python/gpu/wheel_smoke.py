@@ -4,7 +4,12 @@ schedule "auto") against a plain-torch layer, each rel L2 <= 1e-2.
 
     pip install --no-deps --target /tmp/xs dist/xstage-*.whl && PYTHONPATH=/tmp/xs python3 tests/python/gpu/wheel_smoke.py
 """
-import os, sys, tempfile, torch, torch.distributed as dist
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+
 import xstage
 print("xstage from", xstage.__file__, "library", xstage.library_path())
 assert os.path.join("python", "xstage") not in xstage.__file__, "this checkout's python/ is on the path, not the wheel"

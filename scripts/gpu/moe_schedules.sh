@@ -2,13 +2,16 @@
 # On a GPU machine (expert parallelism over every visible GPU unless GPUS says otherwise; one GPU is EP = 1):
 # the MegaMoE schedule chosen per layer (megamoe-auto) judged on configurations it was not tuned on.
 #   1. `xstage moe check --impl megamoe-auto`: the chosen configurations are correct (every check case);
-#   2. `xstage moe bench` over configs/moe_heldout.json with every fused schedule and megamoe-auto, then the
-#      same with M-pairs (--cluster-m 2), one seed for both: the six variants the rule chooses among, and what
-#      it chose, in the same run (tools/moe_auto_eval.py scores it against the predictions committed before);
+#   2. per grid file of MOE_SCHED_CONFIGS (default: configs/moe_heldout.json and configs/moe_grid.json), `xstage
+#      moe bench` with every fused schedule and megamoe-auto, then the same with M-pairs (--cluster-m 2), one seed
+#      for both, into <grid name>/bench.json and bench-m-pairs.json: the six variants the rule chooses among, and
+#      what it chose, in the same run (tools/moe_auto_eval.py <that folder> <the committed plan> scores it);
 #   3. the interleaved schedule's lead D swept on the DeepSeek-V3-like layer (D_knee is the default);
 #   4. with an instrumented build (XSTAGE_STATS_BIN=<dir with xstage built with -DXSTAGE_MOE_STATS=ON>): the
-#      per-tile trace of the fine-grained held-out shape under expert-wave and interleaved (tools/moe_trace.py).
-# MOE_SCHED_TRIALS (default 20) sets the trials per configuration. Everything lands in ${OUT:-out}/:
+#      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and
+#      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe_trace.py; needs matplotlib).
+# MOE_SCHED_TRIALS (default 20) sets the trials per configuration. On a device with a per-command time limit, run
+# the grid files in separate calls (MOE_SCHED_CONFIGS=configs/moe_heldout.json, then configs/moe_grid.json). Everything lands in ${OUT:-out}/:
 # moe_schedules.log and moe_schedules.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,12 +33,15 @@ timed "check auto" -- timeout 300 "$X" moe check --gpus "$GPUS" --impl megamoe-a
 
 mkdir -p "$W/lead"
 SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
-step "held-out configurations: every fused schedule and megamoe-auto, seed $SEED"
-timed "bench held-out" -- timeout 600 "$X" moe bench --gpus "$GPUS" --config configs/moe_heldout.json --impl "$FUSED,megamoe-auto" \
-  --trials "$TRIALS" --seed "$SEED" --out "$W/bench.json" || failures=$((failures+1))
-step "held-out configurations on M-pairs (--cluster-m 2), the same seed"
-timed "bench held-out M-pairs" -- timeout 600 "$X" moe bench --gpus "$GPUS" --config configs/moe_heldout.json --impl "$FUSED" \
-  --trials "$TRIALS" --seed "$SEED" --cluster-m 2 --out "$W/bench-m-pairs.json" || failures=$((failures+1))
+for grid in ${MOE_SCHED_CONFIGS:-configs/moe_heldout.json configs/moe_grid.json}; do
+  name=$(basename "$grid" .json); mkdir -p "$W/$name"
+  step "$grid: every fused schedule and megamoe-auto, seed $SEED"
+  timed "bench $name" -- timeout 1200 "$X" moe bench --gpus "$GPUS" --config "$grid" --impl "$FUSED,megamoe-auto" \
+    --trials "$TRIALS" --seed "$SEED" --out "$W/$name/bench.json" || failures=$((failures+1))
+  step "$grid on M-pairs (--cluster-m 2), the same seed"
+  timed "bench $name M-pairs" -- timeout 1200 "$X" moe bench --gpus "$GPUS" --config "$grid" --impl "$FUSED" \
+    --trials "$TRIALS" --seed "$SEED" --cluster-m 2 --out "$W/$name/bench-m-pairs.json" || failures=$((failures+1))
+done
 
 step "the interleaved schedule's lead D on the DeepSeek-V3-like layer (4096 tokens per rank, balanced)"
 for dtype in bf16 fp8; do
@@ -47,10 +53,15 @@ for dtype in bf16 fp8; do
 done
 
 if [ -n "${XSTAGE_STATS_BIN:-}" ]; then
-  step "per-tile traces (instrumented build): the fine-grained held-out shape, expert-wave and interleaved"
-  timed "trace" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" --config configs/moe_heldout.json \
+  step "per-tile traces (instrumented build): the fine-grained held-out shape and the DeepSeek-V3-like layer"
+  timed "trace fine-grained" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" --config configs/moe_heldout.json \
     --filter "h4096-i256-e64-k8/t6144/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
-    --trace "$W/trace" --out "$W/trace_bench.json" || failures=$((failures+1))
+    --trace "$W/trace" --out "$W/trace_fine_bench.json" || failures=$((failures+1))
+  timed "trace DeepSeek-V3-like" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" \
+    --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
+    --trace "$W/trace" --out "$W/trace_dsv3_bench.json" || failures=$((failures+1))
+  python3 tools/moe_trace.py "$W/trace" --out "$W/trace_figures" || failures=$((failures+1))
+  xz -9 "$W"/trace/*.json
 fi
 
 tar -C "$W" -czf "$OUT/moe_schedules.tar.gz" . && rm -rf "$W"

@@ -11,8 +11,8 @@
 #      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and
 #      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe_trace.py; needs matplotlib).
 # MOE_SCHED_TRIALS (default 20) sets the trials per configuration. On a device with a per-command time limit, run
-# the grid files in separate calls (MOE_SCHED_CONFIGS=configs/moe_heldout.json, then configs/moe_grid.json). Everything lands in ${OUT:-out}/:
-# moe_schedules.log and moe_schedules.tar.gz.
+# the grid files in separate calls (MOE_SCHED_CONFIGS=configs/moe_heldout.json, then configs/moe_grid.json).
+# Everything lands in ${OUT:-out}/: moe_schedules.log and moe_schedules.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh

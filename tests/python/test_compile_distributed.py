@@ -9,25 +9,9 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xstage
+from compile_capture import Capture
 
 BF16 = torch.bfloat16
-
-
-class Capture:
-    """A torch.compile backend that keeps the FX graphs and runs them as they are (on fake tensors)."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
-
-    def ops(self):
-        return [n.target for g in self.graphs for n in g.graph.nodes if n.op == "call_function"]
-
-    def node(self, target):
-        return next(n for g in self.graphs for n in g.graph.nodes if n.target == target)
 
 
 @pytest.fixture

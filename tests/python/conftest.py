@@ -12,6 +12,15 @@ if os.path.isdir(os.path.join(_PYTHON_DIR, "xstage")) and os.path.abspath(_PYTHO
     sys.path.insert(0, os.path.abspath(_PYTHON_DIR))
 
 
+@pytest.fixture
+def fake():
+    """Tensors made inside are fake (no memory, no GPU): what the ops' fake implementations see."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yield mode
+
+
 @pytest.fixture(scope="session")
 def c_library():
     """The loaded libxstage_c.so. Skips where none was built and none was named (a bare `pytest` run); fails

@@ -7,7 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xstage
-from compile_capture import Capture
+from support import Capture
 
 BF16 = torch.bfloat16
 
@@ -21,12 +21,6 @@ def block(q, k, v):
 def block_lse(q, k, v):
     out, lse = xstage.flash_attention(q, k, v, softmax_scale=0.05, return_lse=True)
     return out, lse.exp()
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
 
 
 def test_fullgraph_one_graph_with_the_op(fake):

@@ -9,15 +9,9 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xstage
-from compile_capture import Capture
+from support import Capture
 
 BF16 = torch.bfloat16
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
 
 
 def sp_block(x, wqkv, wo, heads, group=None, fused=True):

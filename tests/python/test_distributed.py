@@ -13,22 +13,13 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xstage
+from support import cuda
 from xstage import _capi, distributed
 
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 I32 = torch.int32
 F32 = torch.float32
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(*shape, dtype=BF16, device="cuda"):
-    return torch.empty(*shape, dtype=dtype, device=device)
 
 
 class FakeComm(distributed.Communicator):

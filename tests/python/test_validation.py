@@ -11,19 +11,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xstage
+from support import cuda
 from xstage import _capi
 
 BF16 = torch.bfloat16
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(*shape, dtype=BF16, device="cuda"):
-    return torch.empty(*shape, dtype=dtype, device=device)
 
 
 def test_valid_fake_call_gives_shapes(fake):

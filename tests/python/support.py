@@ -1,4 +1,11 @@
-"""The torch.compile backend the compile tests share (test_compile.py, test_compile_distributed.py)."""
+"""What the CPU tests share: a torch.compile backend that keeps the graphs, and empty CUDA tensors (made under the
+`fake` fixture of conftest.py, so no GPU is needed)."""
+
+import torch
+
+
+def cuda(*shape, dtype=torch.bfloat16, device="cuda"):
+    return torch.empty(*shape, dtype=dtype, device=device)
 
 
 class Capture:

@@ -34,10 +34,7 @@ struct EpilogueStoreTma {
   using TiledMmaPV = typename Config::TiledMmaPV;
   using TileShapeO = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
 
-  using TmaStoreO = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_STORE{},
-      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemShapeBmhd{}, GmemStrideBmhd{}),
-      SmemLayoutO{}, TileShapeO{}, cute::_1{}));
+  using TmaStoreO = TmaStoreOBmhd<Config>;
 
   struct Params {
     TmaStoreO tma_o;

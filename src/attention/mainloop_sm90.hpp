@@ -39,6 +39,14 @@ namespace xstage::attention {
 using GmemShapeBmhd = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
 using GmemStrideBmhd = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
 
+// The TMA store of one b_m × d output tile from the configuration's swizzled O staging buffer into such a view
+// (both epilogues: the plain one into local O, the all-to-all one into each rank's window).
+template <class Config>
+using TmaStoreOBmhd = decltype(cute::make_tma_copy(
+    cute::SM90_TMA_STORE{},
+    cute::make_tensor(cute::make_gmem_ptr(static_cast<typename Config::Element*>(nullptr)), GmemShapeBmhd{}, GmemStrideBmhd{}),
+    typename Config::SmemLayoutO{}, cute::Shape<cute::Int<Config::kBlockM>, cute::Int<Config::kHeadDim>>{}, cute::_1{}));
+
 template <class T>
 auto make_gmem_bmhd(T* ptr, int seqlen, int head_dim, int heads, int batch, BmhdStrides s) {
   using namespace cute;

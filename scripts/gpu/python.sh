@@ -5,7 +5,8 @@
 # PYTHONPATH, next to the machine's own torch).
 #   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
 #      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
-#   2. each op timed through torch (tests/python/gpu/time_ops.py) beside the same kernels timed by the CLI;
+#   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh; here
+#      $ROUNDS rounds, default 1);
 #   3. the diffusers examples: Flux with xstage.flash_attention against SDPA, the Ulysses DiT (every visible
 #      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch, at EP = 1 and over
 #      every GPU.
@@ -51,12 +52,7 @@ if [ "$GPUS" -ge 2 ]; then
     -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
 fi
 
-step "the ops through torch, and the same kernels through the CLI"
-timed "time_ops" -- timeout 300 python3 tests/python/gpu/time_ops.py --moe-dtypes bf16 --out "$W/time_ops.json" || failures=$((failures+1))
-timed "attention bench" -- timeout 120 "$X" attention bench --seqlens 8192 --heads 4,12 --head-dims 128,64 --json "$W/attention_bench.json" \
-  || failures=$((failures+1))
-timed "moe bench" -- timeout 200 "$X" moe bench --gpus 1 --dtype bf16 --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" \
-  --impl megamoe-interleaved --out "$W/moe_bench.json" || failures=$((failures+1))
+ROUNDS=${ROUNDS:-1} OUT="$W" bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
 
 step "diffusers examples"
 timed "flux + flash_attention" -- timeout 300 python3 examples/diffusers/dit_attention.py --out "$W/dit_attention.json" \

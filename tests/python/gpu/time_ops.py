@@ -9,10 +9,15 @@ same shapes run in the same session:
   moe        xstage.moe on the DeepSeek-V3-like layer (h 7168, h_inter 2048, E 256, top-8, 4096 tokens per
              rank, bf16; balanced routing as `xstage moe bench`), EP = the job's ranks (1 in a plain run).
 
-Each point is timed two ways, median over --reps CUDA-event timings after --warmup calls:
-  eager  one call of the Python op per timing (dispatch, checks, ctypes, launch; the GPU time when it is
-         longer than the host's);
-  graph  one replay of a CUDA graph that holds --graph-calls calls, divided by that count (GPU time only).
+Each point is timed with the CLI's protocol (`xstage attention bench`, `xstage moe bench`): the GPU is first kept
+busy with the op for --warmup-ms (1 s before the first point: clocks ramp up from idle), then each of --reps
+CUDA-event timings covers back-to-back calls filling >= 2 ms, and the median per call is reported. Two ways:
+  eager  the Python op called back to back (dispatch, checks, ctypes and launch on the host while the GPU runs
+         the previous calls); host_us is the host's time per call in that loop (perf_counter), which hides
+         behind the kernel while it is shorter;
+  graph  one replay of a CUDA graph holding the same number of calls (GPU time only).
+And the host's cost of one flash_attention call, layer by layer, at a shape whose kernel is far shorter than
+the host's work (`host_us`): the C ABI alone on prepared tensors, the registered torch op, the public function.
 Writes everything as JSON to --out.
 
     python3 tests/python/gpu/time_ops.py --out /tmp/time_ops.json
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -49,32 +55,59 @@ def setup():
     return xstage.distributed.init()
 
 
-def time_eager(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
+def gpu_ms(fn) -> float:
+    """The GPU time of one call, from an event pair around it."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
+def warm_up(fn, ms):
+    """Keeps the GPU busy with fn for at least ms milliseconds, as the CLI's warm-up does."""
+    spent = 0.0
+    while spent < ms:
+        spent += gpu_ms(fn)
+
+
+def calls_per_timing(fn) -> int:
+    """Back-to-back calls that fill >= 2 ms of GPU time (the CLI's rule)."""
+    estimate = statistics.median(gpu_ms(fn) for _ in range(3))
+    return max(1, math.ceil(2.0 / max(estimate, 1e-3)))
+
+
+def time_eager(fn, reps, inner):
+    """(GPU ms per call, host us per call) of each of reps timings of inner back-to-back calls."""
     torch.cuda.synchronize()
     dist.barrier()
-    times = []
+    times, host = [], []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        t1 = time.perf_counter()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
-    return times
+        times.append(a.elapsed_time(b) / inner)
+        host.append((t1 - t0) / inner * 1e6)
+    return times, host
 
 
-def time_graph(fn, reps, warmup, calls):
+def time_graph(fn, reps, inner):
+    """GPU ms per call of reps replays of a CUDA graph holding inner calls."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(max(warmup, 2)):
+        for _ in range(2):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
+        for _ in range(inner):
             fn()
     for _ in range(2):
         graph.replay()
@@ -87,9 +120,70 @@ def time_graph(fn, reps, warmup, calls):
         graph.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / calls)
+        times.append(a.elapsed_time(b) / inner)
     del graph
     return times
+
+
+_first_point = True
+
+
+def time_point(name, shape, fn, flops, args, results):
+    """Warm-up, then eager and graph timings of fn with the same calls per timing; appends both points."""
+    global _first_point
+    warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
+    _first_point = False
+    inner = calls_per_timing(fn)
+    times, host = time_eager(fn, args.reps, inner)
+    results.append(point(name, shape, "eager", times, flops, calls_per_timing=inner, host_us=statistics.median(host)))
+    log(results[-1])
+    results.append(point(name, shape, "graph", time_graph(fn, args.reps, inner), flops, calls_per_timing=inner))
+    log(results[-1])
+
+
+def host_us(fn, calls=2000) -> float:
+    """Host microseconds per call of fn, called back to back (its kernel must be far shorter than the host's
+    work, so that the launch queue never fills)."""
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def host_points(results, profile: bool):
+    """The host's cost of one flash_attention call at [1, 128, 1, 64], layer by layer; with profile, also where
+    the public call's host time goes (cProfile, printed)."""
+    from xstage import _capi, _tensors
+
+    q, k, v = (torch.randn(1, 128, 1, 64, device="cuda").to(BF16) for _ in range(3))
+    out = torch.empty_like(q)
+    scale = 0.125
+    stream = _tensors.current_stream(q.device)
+    cq, ck, cv, co = (_tensors.c_tensor(t) for t in (q, k, v, out))
+    layers = {
+        "c_abi": lambda: _capi.flash_attention_forward(cq, ck, cv, co, None, scale, stream),
+        "torch_op": lambda: torch.ops.xstage.flash_attention(q, k, v, scale, False),
+        "public": lambda: xstage.flash_attention(q, k, v),
+    }
+    for name, fn in layers.items():
+        r = {"op": "flash_attention host", "layer": name, "shape": [1, 128, 1, 64], "host_us": statistics.median(host_us(fn) for _ in range(5))}
+        results.append(r)
+        if dist.get_rank() == 0:
+            print(f"host per flash_attention call, {name:9s} {r['host_us']:7.1f} us", flush=True)
+    if profile and dist.get_rank() == 0:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        host_us(layers["public"])
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
 
 
 def summary(times):
@@ -119,12 +213,7 @@ def attention_points(args, comm, results):
             # per rank, the Ulysses layer does 1/P of the attention FLOPs
             f = flops if name == "flash_attention" else flops / P
             shape = {"batch": b, "seqlen": m, "heads": h, "head_dim": d, "ranks": 1 if name == "flash_attention" else P}
-            for mode, times in (
-                ("eager", time_eager(fn, args.reps, args.warmup)),
-                ("graph", time_graph(fn, args.reps, args.warmup, args.graph_calls)),
-            ):
-                results.append(point(name, shape, mode, times, f))
-                log(results[-1])
+            time_point(name, shape, fn, f, args, results)
         del q, k, v
         xstage.distributed.poll()
 
@@ -149,12 +238,7 @@ def moe_points(args, comm, results):
             fn = lambda: xstage.moe(x, ids, wts, *p[:4], schedule=schedule, max_tokens=T)  # noqa: E731
             shape = {"E": E, "top_k": K, "hidden": h, "inter": inter, "tokens_per_rank": T, "ranks": P, "dtype": dtype_name,
                      "schedule": schedule, "tile_n": p.tile_n, "routing": "balanced"}
-            for mode, times in (
-                ("eager", time_eager(fn, args.reps, args.warmup)),
-                ("graph", time_graph(fn, args.reps, args.warmup, args.graph_calls)),
-            ):
-                results.append(point("moe", shape, mode, times, flops))
-                log(results[-1])
+            time_point("moe", shape, fn, flops, args, results)
         del p
         torch.cuda.empty_cache()
         xstage.distributed.poll()
@@ -162,31 +246,36 @@ def moe_points(args, comm, results):
 
 def log(r):
     if dist.get_rank() == 0:
-        print(f"{r['op']:26s} {json.dumps(r['shape'])} {r['mode']:5s} {r['median_ms']:9.4f} ms  {r['tflops']:7.1f} TFLOP/s", flush=True)
+        host = f"  host {r['host_us']:6.1f} us/call" if "host_us" in r else ""
+        print(f"{r['op']:26s} {json.dumps(r['shape'])} {r['mode']:5s} {r['median_ms']:9.4f} ms  {r['tflops']:7.1f} TFLOP/s"
+              f"  ({r['calls_per_timing']} calls per timing){host}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="time_ops.json")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--graph-calls", type=int, default=10)
+    ap.add_argument("--warmup-ms", type=float, default=200.0, help="warm-up per point (1 s before the first)")
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--moe-tokens", type=int, default=4096)
     ap.add_argument("--moe-dtypes", default="bf16", help="bf16 and/or fp8, comma-separated")
     ap.add_argument("--schedules", default="auto", help="comma-separated: auto, interleaved, expert_wave, pipelined_waves")
-    ap.add_argument("--skip", default="", help="comma-separated: attention, moe")
+    ap.add_argument("--profile", action="store_true", help="print where the host time of a flash_attention call goes")
+    ap.add_argument("--skip", default="", help="comma-separated: host, attention, moe")
     args = ap.parse_args()
     comm = setup()
     results = []
     start = time.time()
+    if "host" not in args.skip:
+        host_points(results, args.profile)
     if "attention" not in args.skip:
         attention_points(args, comm, results)
     if "moe" not in args.skip:
         moe_points(args, comm, results)
     doc = {
-        "what": "xstage ops timed through PyTorch: median of CUDA-event timings; eager = one op call, graph = one call "
-                "inside a replayed CUDA graph of --graph-calls calls",
+        "what": "xstage ops timed through PyTorch with the CLI's protocol: warm-up, then the median of CUDA-event "
+                "timings of back-to-back calls filling >= 2 ms, per call; eager = Python op calls (host_us: the host's "
+                "time per call in that loop), graph = one replay of a CUDA graph of the same calls",
         "command": " ".join([sys.executable] + sys.argv),
         "rank": comm.rank,
         "world_size": comm.world_size,

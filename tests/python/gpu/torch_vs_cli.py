@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Sets each op's time through torch (time_ops.py) beside the same kernel's time through the CLI, round by round.
+
+    python3 tests/python/gpu/torch_vs_cli.py DIR
+
+DIR holds, per round i, time_ops_<i>.json, attention_bench_<i>.json and moe_bench_<i>.json (scripts/gpu/python.sh
+writes them, interleaved), and optionally clocks.csv (nvidia-smi samples of the SM clock and power meanwhile).
+Prints a table (the ratios torch / CLI of each point and round, and the host's time per eager call) and writes
+DIR/torch_vs_cli.json. Not a test: it judges nothing; it exits non-zero only when a round's files are missing or
+a point of one is absent from the other.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def attention_cli(doc):
+    """{(heads, head_dim): ms} of an `xstage attention bench` JSON (batch 1, its one seqlen)."""
+    return {(p["heads"], p["head_dim"]): p["time_ms"] for p in doc["points"] if p["batch"] == 1}
+
+
+def moe_cli(doc):
+    """{schedule: ms} of an `xstage moe bench` JSON: 'auto' for megamoe-auto, else the fixed schedule's name."""
+    out = {}
+    for r in doc["results"]:
+        if not r["impl"].startswith("megamoe-"):
+            continue
+        fixed = r.get("schedule_reason", "as configured") == "as configured"
+        key = r["impl"].split()[0].removeprefix("megamoe-") if fixed else "auto"
+        out[key] = r["median_ms"]
+    return out
+
+
+def clocks(path):
+    """(min, median, max) of the SM clock in MHz and of the power in W over the samples, or None."""
+    if not os.path.isfile(path):
+        return None
+    mhz, watts = [], []
+    with open(path) as f:
+        for row in csv.DictReader(f, skipinitialspace=True):
+            try:
+                mhz.append(float(row["clocks.current.sm [MHz]"].split()[0]))
+                watts.append(float(row["power.draw [W]"].split()[0]))
+            except (KeyError, ValueError, IndexError):
+                continue
+    if not mhz:
+        return None
+    s = lambda v: {"min": min(v), "median": statistics.median(v), "max": max(v), "samples": len(v)}  # noqa: E731
+    return {"sm_clock_mhz": s(mhz), "power_w": s(watts)}
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: torch_vs_cli.py DIR (a folder with time_ops_<i>.json, attention_bench_<i>.json, moe_bench_<i>.json)")
+    d = sys.argv[1]
+    rounds = sorted(int(re.search(r"_(\d+)\.json$", p).group(1)) for p in glob.glob(os.path.join(d, "time_ops_*.json")))
+    if not rounds:
+        sys.exit(f"torch_vs_cli.py: no time_ops_<i>.json in {d}")
+    rows = {}
+    for i in rounds:
+        paths = {k: os.path.join(d, f"{k}_{i}.json") for k in ("time_ops", "attention_bench", "moe_bench")}
+        missing = [p for p in paths.values() if not os.path.isfile(p)]
+        if missing:
+            sys.exit(f"torch_vs_cli.py: round {i}: missing {', '.join(missing)}")
+        ops = load(paths["time_ops"])["results"]
+        att, moe = attention_cli(load(paths["attention_bench"])), moe_cli(load(paths["moe_bench"]))
+        for r in ops:
+            if r["op"] == "flash_attention" and (r["shape"]["heads"], r["shape"]["head_dim"]) in att and r["shape"]["seqlen"] == 8192:
+                key, cli = f"flash_attention 1x8192 heads {r['shape']['heads']} d {r['shape']['head_dim']}", att[(r["shape"]["heads"], r["shape"]["head_dim"])]
+            elif r["op"] == "moe" and r["shape"]["ranks"] == 1:
+                if r["shape"]["schedule"] not in moe:
+                    sys.exit(f"torch_vs_cli.py: round {i}: schedule {r['shape']['schedule']} is not in {paths['moe_bench']}")
+                key, cli = f"moe {r['shape']['dtype']} {r['shape']['schedule']} T {r['shape']['tokens_per_rank']}", moe[r["shape"]["schedule"]]
+            else:
+                continue
+            row = rows.setdefault(key, {"cli_ms": [], "eager_ms": [], "graph_ms": [], "host_us": []})
+            if r["mode"] == "eager":
+                row["cli_ms"].append(cli)
+                row["eager_ms"].append(r["median_ms"])
+                row["host_us"].append(r["host_us"])
+            else:
+                row["graph_ms"].append(r["median_ms"])
+    print(f"{len(rounds)} round(s); ms are medians per call; ratios are torch / CLI of the same round")
+    print(f"{'point':46s} {'CLI ms':>22s} {'eager / CLI':>22s} {'graph / CLI':>22s} {'host us/call':>14s}")
+    fmt = lambda v, f: " ".join(f % x for x in v)  # noqa: E731
+    for key, row in rows.items():
+        row["eager_over_cli"] = [e / c for e, c in zip(row["eager_ms"], row["cli_ms"])]
+        row["graph_over_cli"] = [g / c for g, c in zip(row["graph_ms"], row["cli_ms"])]
+        print(f"{key:46s} {fmt(row['cli_ms'], '%6.4f'):>22s} {fmt(row['eager_over_cli'], '%6.3f'):>22s} "
+              f"{fmt(row['graph_over_cli'], '%6.3f'):>22s} {fmt(row['host_us'], '%4.0f'):>14s}")
+    host = [r for r in load(os.path.join(d, f"time_ops_{rounds[0]}.json"))["results"] if r["op"] == "flash_attention host"]
+    for r in host:
+        print(f"host time of one flash_attention call at {r['shape']}, {r['layer']:9s}: {r['host_us']:6.1f} us")
+    c = clocks(os.path.join(d, "clocks.csv"))
+    if c:
+        print(f"SM clock over the run: {c['sm_clock_mhz']['min']:.0f} / {c['sm_clock_mhz']['median']:.0f} / "
+              f"{c['sm_clock_mhz']['max']:.0f} MHz (min / median / max of {c['sm_clock_mhz']['samples']} samples); "
+              f"power {c['power_w']['min']:.0f} / {c['power_w']['median']:.0f} / {c['power_w']['max']:.0f} W")
+    with open(os.path.join(d, "torch_vs_cli.json"), "w") as f:
+        json.dump({"rounds": rounds, "points": rows, "host": host, "clocks": c}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

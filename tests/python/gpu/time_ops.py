@@ -9,15 +9,17 @@ same shapes run in the same session:
   moe        xstage.moe on the DeepSeek-V3-like layer (h 7168, h_inter 2048, E 256, top-8, 4096 tokens per
              rank, bf16; balanced routing as `xstage moe bench`), EP = the job's ranks (1 in a plain run).
 
-Each point is timed with the CLI's protocol (`xstage attention bench`, `xstage moe bench`): the GPU is first kept
-busy with the op for --warmup-ms (1 s before the first point: clocks ramp up from idle), then each of --reps
-CUDA-event timings covers back-to-back calls filling >= 2 ms, and the median per call is reported. Two ways:
-  eager  the Python op called back to back (dispatch, checks, ctypes and launch on the host while the GPU runs
-         the previous calls); host_us is the host's time per call in that loop (perf_counter), which hides
-         behind the kernel while it is shorter;
-  graph  one replay of a CUDA graph holding the same number of calls (GPU time only).
-And the host's cost of one flash_attention call, layer by layer, at a shape whose kernel is far shorter than
-the host's work (`host_us`): the C ABI alone on prepared tensors, the registered torch op, the public function.
+Protocol, per point: the GPU is kept busy with the op for --warmup-ms (1 s before the first point: clocks ramp
+up from idle); a timing covers back-to-back calls filling >= 2 ms (as `xstage attention bench` does); each of
+--reps rounds times every mode once, in turn, so that all modes see the same clocks (this H200 is power-capped:
+its SM clock moves between ~1.6 and 1.98 GHz with the load of the last seconds, enough to move a timing by 10%
+between two moments); and each timing is preceded by one untimed repeat of itself, so the GPU is busy while
+the host starts the timed one (steady state: the host's per-call work hides behind the kernels as long as it is
+shorter). The median per call is reported. Modes:
+  eager  the Python op called back to back; host_us is the host's time per call in that loop (perf_counter);
+  graph  one replay of a CUDA graph holding the same calls (GPU time only);
+  c_abi  the same kernel launched through the C ABI on tensors prepared once (flash_attention, moe): what
+         torch's dispatch, the Python checks and the output allocation add shows as eager / c_abi.
 Writes everything as JSON to --out.
 
     python3 tests/python/gpu/time_ops.py --out /tmp/time_ops.json
@@ -40,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 import xstage
+from xstage import _capi, _tensors
 
 BF16 = torch.bfloat16
 
@@ -78,27 +81,8 @@ def calls_per_timing(fn) -> int:
     return max(1, math.ceil(2.0 / max(estimate, 1e-3)))
 
 
-def time_eager(fn, reps, inner):
-    """(GPU ms per call, host us per call) of each of reps timings of inner back-to-back calls."""
-    torch.cuda.synchronize()
-    dist.barrier()
-    times, host = [], []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        t1 = time.perf_counter()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-        host.append((t1 - t0) / inner * 1e6)
-    return times, host
-
-
-def time_graph(fn, reps, inner):
-    """GPU ms per call of reps replays of a CUDA graph holding inner calls."""
+def captured(fn, inner):
+    """A CUDA graph of inner calls of fn (captured after two calls on the capture stream)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -109,81 +93,58 @@ def time_graph(fn, reps, inner):
     with torch.cuda.graph(graph):
         for _ in range(inner):
             fn()
-    for _ in range(2):
-        graph.replay()
+    return graph
+
+
+def time_modes(units, reps):
+    """units: mode -> a callable that enqueues one timing's calls. Returns mode -> (GPU ms, host us) of each
+    timing, reps of each, the modes taking turns; each timing follows one untimed unit of the same mode, so the
+    GPU is busy while the host records the start event and enqueues the timed unit."""
     torch.cuda.synchronize()
     dist.barrier()
-    times = []
+    out = {mode: ([], []) for mode in units}
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-    del graph
-    return times
+        for mode, unit in units.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            unit()
+            a.record()
+            t0 = time.perf_counter()
+            unit()
+            t1 = time.perf_counter()
+            b.record()
+            b.synchronize()
+            out[mode][0].append(a.elapsed_time(b))
+            out[mode][1].append((t1 - t0) * 1e6)
+    return out
 
 
 _first_point = True
 
 
-def time_point(name, shape, fn, flops, args, results):
-    """Warm-up, then eager and graph timings of fn with the same calls per timing; appends both points."""
+def time_point(name, shape, fn, flops, args, results, c_abi=None):
+    """Warm-up, then the modes eager, graph and (when c_abi, a callable launching the same kernel through the C
+    ABI, is given) c_abi of fn, taking turns, with the same calls per timing; appends one point per mode."""
     global _first_point
     warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
     _first_point = False
     inner = calls_per_timing(fn)
-    times, host = time_eager(fn, args.reps, inner)
-    results.append(point(name, shape, "eager", times, flops, calls_per_timing=inner, host_us=statistics.median(host)))
-    log(results[-1])
-    results.append(point(name, shape, "graph", time_graph(fn, args.reps, inner), flops, calls_per_timing=inner))
-    log(results[-1])
+    graph = captured(fn, inner)
 
+    def repeat(f):
+        def unit():
+            for _ in range(inner):
+                f()
 
-def host_us(fn, calls=2000) -> float:
-    """Host microseconds per call of fn, called back to back (its kernel must be far shorter than the host's
-    work, so that the launch queue never fills)."""
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
+        return unit
 
-
-def host_points(results, profile: bool):
-    """The host's cost of one flash_attention call at [1, 128, 1, 64], layer by layer; with profile, also where
-    the public call's host time goes (cProfile, printed)."""
-    from xstage import _capi, _tensors
-
-    q, k, v = (torch.randn(1, 128, 1, 64, device="cuda").to(BF16) for _ in range(3))
-    out = torch.empty_like(q)
-    scale = 0.125
-    stream = _tensors.current_stream(q.device)
-    cq, ck, cv, co = (_tensors.c_tensor(t) for t in (q, k, v, out))
-    layers = {
-        "c_abi": lambda: _capi.flash_attention_forward(cq, ck, cv, co, None, scale, stream),
-        "torch_op": lambda: torch.ops.xstage.flash_attention(q, k, v, scale, False),
-        "public": lambda: xstage.flash_attention(q, k, v),
-    }
-    for name, fn in layers.items():
-        r = {"op": "flash_attention host", "layer": name, "shape": [1, 128, 1, 64], "host_us": statistics.median(host_us(fn) for _ in range(5))}
-        results.append(r)
-        if dist.get_rank() == 0:
-            print(f"host per flash_attention call, {name:9s} {r['host_us']:7.1f} us", flush=True)
-    if profile and dist.get_rank() == 0:
-        import cProfile
-        import pstats
-
-        prof = cProfile.Profile()
-        prof.enable()
-        host_us(layers["public"])
-        prof.disable()
-        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+    units = {"eager": repeat(fn), "graph": graph.replay}
+    if c_abi is not None:
+        units["c_abi"] = repeat(c_abi)
+    for mode, (ms, us) in time_modes(units, args.reps).items():
+        extra = {"host_us": statistics.median(us) / inner} if mode == "eager" else {}
+        results.append(point(name, shape, mode, [t / inner for t in ms], flops, calls_per_timing=inner, **extra))
+        log(results[-1])
+    del graph
 
 
 def summary(times):
@@ -204,6 +165,9 @@ def attention_points(args, comm, results):
         flops = 4.0 * b * h * m * m * d
         q, k, v = ((torch.rand(b, m, h, d, device="cuda", generator=g) * 2 - 1).to(BF16) for _ in range(3))
         calls = {"flash_attention": lambda: xstage.flash_attention(q, k, v)}
+        out = torch.empty_like(q)
+        cq, ck, cv, co = (_tensors.c_tensor(t) for t in (q, k, v, out))
+        direct = lambda: _capi.flash_attention_forward(cq, ck, cv, co, None, d**-0.5, _tensors.current_stream(q.device))  # noqa: E731
         if h % P == 0 and m % P == 0:
             ms = m // P
             qs, ks, vs = (t[:, comm.rank * ms : (comm.rank + 1) * ms].contiguous() for t in (q, k, v))
@@ -213,8 +177,8 @@ def attention_points(args, comm, results):
             # per rank, the Ulysses layer does 1/P of the attention FLOPs
             f = flops if name == "flash_attention" else flops / P
             shape = {"batch": b, "seqlen": m, "heads": h, "head_dim": d, "ranks": 1 if name == "flash_attention" else P}
-            time_point(name, shape, fn, f, args, results)
-        del q, k, v
+            time_point(name, shape, fn, f, args, results, c_abi=direct if name == "flash_attention" else None)
+        del q, k, v, out
         xstage.distributed.poll()
 
 
@@ -238,7 +202,13 @@ def moe_points(args, comm, results):
             fn = lambda: xstage.moe(x, ids, wts, *p[:4], schedule=schedule, max_tokens=T)  # noqa: E731
             shape = {"E": E, "top_k": K, "hidden": h, "inter": inter, "tokens_per_rank": T, "ranks": P, "dtype": dtype_name,
                      "schedule": schedule, "tile_n": p.tile_n, "routing": "balanced"}
-            time_point("moe", shape, fn, flops, args, results)
+            fn()  # builds (and caches) the layer, whose handle the C ABI mode launches directly
+            layer = [h for key, h in comm.layers() if key[0] == "moe"][-1]
+            out = torch.empty_like(x)
+            ct = [_tensors.c_tensor(t) for t in (x, ids, wts, *p[:2])]
+            scales = [_tensors.c_tensor(t) if dtype_name == "fp8" else None for t in p[2:4]]
+            direct = lambda: _capi.moe_forward(layer, *ct, *scales, _tensors.c_tensor(out), _tensors.current_stream(x.device))  # noqa: E731
+            time_point("moe", shape, fn, flops, args, results, c_abi=direct)
         del p
         torch.cuda.empty_cache()
         xstage.distributed.poll()
@@ -260,22 +230,20 @@ def main():
     ap.add_argument("--moe-tokens", type=int, default=4096)
     ap.add_argument("--moe-dtypes", default="bf16", help="bf16 and/or fp8, comma-separated")
     ap.add_argument("--schedules", default="auto", help="comma-separated: auto, interleaved, expert_wave, pipelined_waves")
-    ap.add_argument("--profile", action="store_true", help="print where the host time of a flash_attention call goes")
-    ap.add_argument("--skip", default="", help="comma-separated: host, attention, moe")
+    ap.add_argument("--skip", default="", help="comma-separated: attention, moe")
     args = ap.parse_args()
     comm = setup()
     results = []
     start = time.time()
-    if "host" not in args.skip:
-        host_points(results, args.profile)
     if "attention" not in args.skip:
         attention_points(args, comm, results)
     if "moe" not in args.skip:
         moe_points(args, comm, results)
     doc = {
-        "what": "xstage ops timed through PyTorch with the CLI's protocol: warm-up, then the median of CUDA-event "
-                "timings of back-to-back calls filling >= 2 ms, per call; eager = Python op calls (host_us: the host's "
-                "time per call in that loop), graph = one replay of a CUDA graph of the same calls",
+        "what": "xstage ops timed through PyTorch: warm-up, then the median of CUDA-event timings of back-to-back "
+                "calls filling >= 2 ms, per call, each after an untimed repeat, the modes taking turns; eager = Python "
+                "op calls (host_us: the host's time per call), graph = a replayed CUDA graph of the same calls, c_abi = "
+                "the same kernel through the C ABI on tensors prepared once",
         "command": " ".join([sys.executable] + sys.argv),
         "rank": comm.rank,
         "world_size": comm.world_size,

@@ -3,11 +3,12 @@
 
     python3 tests/python/gpu/torch_vs_cli.py DIR
 
-DIR holds, per round i, time_ops_<i>.json, attention_bench_<i>.json and moe_bench_<i>.json (scripts/gpu/python.sh
-writes them, interleaved), and optionally clocks.csv (nvidia-smi samples of the SM clock and power meanwhile).
-Prints a table (the ratios torch / CLI of each point and round, and the host's time per eager call) and writes
-DIR/torch_vs_cli.json. Not a test: it judges nothing; it exits non-zero only when a round's files are missing or
-a point of one is absent from the other.
+DIR holds, per round i, time_ops_<i>.json, attention_bench_<i>.json and moe_bench_<i>.json (written, interleaved, by
+scripts/gpu/torch_vs_cli.sh), and optionally clocks.csv (nvidia-smi samples of the SM clock and power meanwhile).
+Prints a table (per point and round: torch's eager and graph times over the same kernel launched through the C ABI
+in the same process, taking turns with them; the CLI's time over that; eager over the CLI; the host's time per
+eager call) and writes DIR/torch_vs_cli.json. Not a test: it judges nothing; it exits non-zero only when a round's
+files are missing or a point of one is absent from the other.
 """
 
 from __future__ import annotations
@@ -85,31 +86,33 @@ def main():
                 key, cli = f"moe {r['shape']['dtype']} {r['shape']['schedule']} T {r['shape']['tokens_per_rank']}", moe[r["shape"]["schedule"]]
             else:
                 continue
-            row = rows.setdefault(key, {"cli_ms": [], "eager_ms": [], "graph_ms": [], "host_us": []})
+            row = rows.setdefault(key, {"cli_ms": [], "eager_ms": [], "graph_ms": [], "c_abi_ms": [], "host_us": []})
+            row[f"{r['mode']}_ms"].append(r["median_ms"])
             if r["mode"] == "eager":
                 row["cli_ms"].append(cli)
-                row["eager_ms"].append(r["median_ms"])
                 row["host_us"].append(r["host_us"])
-            else:
-                row["graph_ms"].append(r["median_ms"])
-    print(f"{len(rounds)} round(s); ms are medians per call; ratios are torch / CLI of the same round")
-    print(f"{'point':46s} {'CLI ms':>22s} {'eager / CLI':>22s} {'graph / CLI':>22s} {'host us/call':>14s}")
+    print(f"{len(rounds)} round(s); ms are medians per call. In-process ratios (eager, graph over c_abi: the same kernel "
+          f"through the C ABI, timed in turn with them) and cross-process ones (over the CLI's time of the same round)")
+    print(f"{'point':40s} {'c_abi ms':>20s} {'eager / c_abi':>20s} {'graph / c_abi':>20s} {'CLI / c_abi':>20s} "
+          f"{'eager / CLI':>20s} {'host us/call':>14s}")
     fmt = lambda v, f: " ".join(f % x for x in v)  # noqa: E731
+    ratio = lambda a, b: [x / y for x, y in zip(a, b)]  # noqa: E731
     for key, row in rows.items():
-        row["eager_over_cli"] = [e / c for e, c in zip(row["eager_ms"], row["cli_ms"])]
-        row["graph_over_cli"] = [g / c for g, c in zip(row["graph_ms"], row["cli_ms"])]
-        print(f"{key:46s} {fmt(row['cli_ms'], '%6.4f'):>22s} {fmt(row['eager_over_cli'], '%6.3f'):>22s} "
-              f"{fmt(row['graph_over_cli'], '%6.3f'):>22s} {fmt(row['host_us'], '%4.0f'):>14s}")
-    host = [r for r in load(os.path.join(d, f"time_ops_{rounds[0]}.json"))["results"] if r["op"] == "flash_attention host"]
-    for r in host:
-        print(f"host time of one flash_attention call at {r['shape']}, {r['layer']:9s}: {r['host_us']:6.1f} us")
+        row["eager_over_c_abi"] = ratio(row["eager_ms"], row["c_abi_ms"])
+        row["graph_over_c_abi"] = ratio(row["graph_ms"], row["c_abi_ms"])
+        row["cli_over_c_abi"] = ratio(row["cli_ms"], row["c_abi_ms"])
+        row["eager_over_cli"] = ratio(row["eager_ms"], row["cli_ms"])
+        row["graph_over_cli"] = ratio(row["graph_ms"], row["cli_ms"])
+        print(f"{key:40s} {fmt(row['c_abi_ms'], '%6.4f'):>20s} {fmt(row['eager_over_c_abi'], '%6.3f'):>20s} "
+              f"{fmt(row['graph_over_c_abi'], '%6.3f'):>20s} {fmt(row['cli_over_c_abi'], '%6.3f'):>20s} "
+              f"{fmt(row['eager_over_cli'], '%6.3f'):>20s} {fmt(row['host_us'], '%4.0f'):>14s}")
     c = clocks(os.path.join(d, "clocks.csv"))
     if c:
         print(f"SM clock over the run: {c['sm_clock_mhz']['min']:.0f} / {c['sm_clock_mhz']['median']:.0f} / "
               f"{c['sm_clock_mhz']['max']:.0f} MHz (min / median / max of {c['sm_clock_mhz']['samples']} samples); "
               f"power {c['power_w']['min']:.0f} / {c['power_w']['median']:.0f} / {c['power_w']['max']:.0f} W")
     with open(os.path.join(d, "torch_vs_cli.json"), "w") as f:
-        json.dump({"rounds": rounds, "points": rows, "host": host, "clocks": c}, f, indent=1)
+        json.dump({"rounds": rounds, "points": rows, "clocks": c}, f, indent=1)
 
 
 if __name__ == "__main__":

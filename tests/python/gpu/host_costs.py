@@ -28,15 +28,18 @@ from typing import Tuple
 import torch
 
 import xstage
-from xstage import _capi, _tensors
+from xstage import _capi, _tensors, attention
 
 
 def per_call_us(fn, calls):
-    for _ in range(min(calls, 200)):
+    """Host microseconds per call of fn, back to back, median of 5 loops. Each loop starts behind a GPU sleep
+    longer than the loop, so that launches queue up and the GPU never holds the host back."""
+    for _ in range(min(calls, 100)):
         fn()
     torch.cuda.synchronize()
     loops = []
     for _ in range(5):
+        torch.cuda._sleep(int(calls * 500e-6 * 2e9))  # cycles: ~0.5 ms per call at up to 2 GHz
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -61,7 +64,7 @@ def cudart():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--calls", type=int, default=300, help="calls per loop (each may queue a launch: keep it well under ~1000)")
     ap.add_argument("--out", default="host_costs.json")
     args = ap.parse_args()
     torch.cuda.init()
@@ -85,7 +88,7 @@ def main():
     }
     rt, rt_path = cudart()
     if rt is not None:
-        i32, buf = ctypes.c_int(), ctypes.create_string_buffer(64)
+        i32, buf = ctypes.c_int(), ctypes.create_string_buffer(1024)  # cudaPointerAttributes, with room to spare
         pfn, status = ctypes.c_void_p(), ctypes.c_int()
         s = ctypes.c_void_p(stream or None)
         pieces.update({
@@ -102,7 +105,10 @@ def main():
         "xstage_check_device": lambda: lib.xstage_check_device(0),
         "dispatch custom_op (no launch)": lambda: noop_custom_op(q, k, v, 0.125, False),
         "dispatch library impl (no launch)": lambda: torch.ops.xstage_host_costs.noop_impl(q, k, v, 0.125, False),
+        "python checks (attention._check_inputs)": lambda: attention._check_inputs(q, k, v, 0.125, fake=False),
         "current_stream": lambda: _tensors.current_stream(q.device),
+        "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream(q.device).cuda_stream,
+        "torch._C._cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
         "c_tensor x4": lambda: (_tensors.c_tensor(q), _tensors.c_tensor(k), _tensors.c_tensor(v), _tensors.c_tensor(out)),
         "torch.empty (out + lse)": lambda: (torch.empty((1, 128, 1, 64), dtype=q.dtype, device=q.device),
                                             torch.empty((0,), dtype=torch.float32, device=q.device)),

@@ -104,6 +104,9 @@ class MoeConfig(ctypes.Structure):
     ]
 
 
+_Dims = ctypes.c_int64 * MAX_NDIM
+
+
 def make_tensor(data: int, shape, strides, dtype: int, device: int) -> Tensor:
     """An xstage_tensor from plain values (data is an address)."""
     ndim = len(shape)
@@ -111,14 +114,7 @@ def make_tensor(data: int, shape, strides, dtype: int, device: int) -> Tensor:
         raise InputError(f"shape {tuple(shape)} and strides {tuple(strides)} differ in length")
     if not 1 <= ndim <= MAX_NDIM:
         raise InputError(f"tensors of 1 to {MAX_NDIM} dimensions cross the C ABI; got {ndim}")
-    t = Tensor()
-    t.data = data
-    t.ndim = ndim
-    t.dtype = dtype
-    t.device = device
-    t.shape[:ndim] = [int(s) for s in shape]
-    t.strides[:ndim] = [int(s) for s in strides]
-    return t
+    return Tensor(data, _Dims(*shape), _Dims(*strides), ndim, dtype, device)
 
 
 _lock = threading.Lock()

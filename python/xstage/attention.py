@@ -1,6 +1,6 @@
 """xstage.flash_attention: the Hopper FlashAttention forward kernel as a PyTorch operator.
 
-Registered as torch.ops.xstage.flash_attention (torch.library.custom_op) with a fake implementation, so
+Registered as torch.ops.xstage.flash_attention (xstage._ops: torch.library) with a fake implementation, so
 torch.compile(fullgraph=True) traces it without graph breaks, and it runs on the current CUDA stream
 without host synchronisation or allocations other than its outputs, so CUDA graphs capture it.
 """
@@ -12,11 +12,10 @@ from typing import Tuple
 
 import torch
 
-from . import _capi, _tensors
+from . import _capi, _ops, _tensors
 
 __all__ = ["flash_attention"]
 
-_OP_NAME = "xstage::flash_attention"
 _HEAD_DIMS = (64, 128)
 
 _c_tensor = _tensors.c_tensor
@@ -94,11 +93,16 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
         )
 
 
-@torch.library.custom_op(_OP_NAME, mutates_args=())
-def _flash_attention_op(
+_checked = _tensors.CheckedSignatures()
+
+
+def _flash_attention_impl(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, return_lse: bool
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    _check_inputs(q, k, v, softmax_scale, fake=False)
+    signature = _checked.of((q, k, v), softmax_scale)
+    if not _checked.passed(signature):
+        _check_inputs(q, k, v, softmax_scale, fake=False)
+        _checked.add(signature)
     b, m, h, d = q.shape
     out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, m) if return_lse else (0,), dtype=torch.float32, device=q.device)
@@ -115,13 +119,15 @@ def _flash_attention_op(
     return out, lse
 
 
-@_flash_attention_op.register_fake
 def _flash_attention_fake(q, k, v, softmax_scale, return_lse):
     _check_inputs(q, k, v, softmax_scale, fake=True)
     b, m, h, d = q.shape
     out = q.new_empty((b, m, h, d))
     lse = q.new_empty((b, h, m) if return_lse else (0,), dtype=torch.float32)
     return out, lse
+
+
+_flash_attention_op = _ops.define("flash_attention", _flash_attention_impl, _flash_attention_fake)
 
 
 def flash_attention(

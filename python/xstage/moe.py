@@ -7,7 +7,7 @@ Linear-2 there, and combines the weighted results back at the token's rank:
 
     out[t] = sum_j topk_weights[t, j] * W2[e] @ (silu(W1_gate[e] @ x[t]) * (W1_up[e] @ x[t])),  e = topk_ids[t, j]
 
-Registered as torch.ops.xstage.moe (torch.library.custom_op with a fake implementation that needs no
+Registered as torch.ops.xstage.moe (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
 graphs take it.
 """
@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import _capi, _tensors, distributed
+from . import _capi, _ops, _tensors, distributed
 
 __all__ = ["MoeWeights", "moe", "moe_pack_weights", "SCHEDULES", "DEFAULT_SCHEDULE"]
 
@@ -164,8 +164,10 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
         raise ValueError(f"{_OP}: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
 
 
-@torch.library.custom_op("xstage::moe", mutates_args=())
-def _moe_op(
+_checked = _tensors.CheckedSignatures()
+
+
+def _moe_impl(
     x: torch.Tensor,
     topk_ids: torch.Tensor,
     topk_weights: torch.Tensor,
@@ -181,9 +183,15 @@ def _moe_op(
     cluster_m: int,
     timeout_s: float,
 ) -> torch.Tensor:
-    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=False)
-    comm = distributed.communicator_for_key(group, _OP)
-    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=False)
+    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, schedule)
+    if _checked.passed(signature):
+        comm = distributed.communicator_for_key(group, _OP)
+    else:
+        # the inputs' errors before a missing communicator's
+        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=False)
+        comm = distributed.communicator_for_key(group, _OP)
+        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=False)
+        _checked.add(signature)
     if x.device.index != comm.device:
         raise ValueError(
             f"{_OP}: the tensors are on {x.device} but this rank's xstage communicator is on cuda:{comm.device}"
@@ -232,11 +240,13 @@ def _moe_op(
     return out
 
 
-@_moe_op.register_fake
 def _moe_fake(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s):
     world_size = distributed.world_size_for_key(group)
     _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, schedule, fake=True)
     return x.new_empty(x.shape)
+
+
+_moe_op = _ops.define("moe", _moe_impl, _moe_fake)
 
 
 def moe(

@@ -4,7 +4,7 @@ Each rank holds its shard of the sequence, q, k, v [batch, seqlen/P, heads, head
 same shard of the attention output over the whole sequence: the pre-attention all-to-all (to all rows of
 heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back (fused: inside the
 attention kernel's epilogue, straight into the owners' NVLink windows). Registered as
-torch.ops.xstage.ulysses_attention (torch.library.custom_op, with a fake implementation that needs no
+torch.ops.xstage.ulysses_attention (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
 graphs take it.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _capi, _tensors, distributed
+from . import _capi, _ops, _tensors, distributed
 
 __all__ = ["ulysses_attention"]
 
@@ -54,13 +54,20 @@ def _check_inputs(q, k, v, world_size, store_path, *, fake: bool) -> None:
         raise ValueError(f"{_OP}: store_path is {store_path!r}; it must be one of {sorted(_STORE_PATHS)}")
 
 
-@torch.library.custom_op("xstage::ulysses_attention", mutates_args=())
-def _ulysses_op(
+_checked = _tensors.CheckedSignatures()
+
+
+def _ulysses_impl(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: str, fused: bool, store_path: str, timeout_s: float
 ) -> torch.Tensor:
-    _check_inputs(q, k, v, None, store_path, fake=False)
-    comm = distributed.communicator_for_key(group, _OP)
-    _check_inputs(q, k, v, comm.world_size, store_path, fake=False)
+    signature = _checked.of((q, k, v), group, store_path)
+    if _checked.passed(signature):
+        comm = distributed.communicator_for_key(group, _OP)
+    else:
+        _check_inputs(q, k, v, None, store_path, fake=False)  # the inputs' errors before a missing communicator's
+        comm = distributed.communicator_for_key(group, _OP)
+        _check_inputs(q, k, v, comm.world_size, store_path, fake=False)
+        _checked.add(signature)
     if q.device.index != comm.device:
         raise ValueError(
             f"{_OP}: the tensors are on {q.device} but this rank's xstage communicator is on cuda:{comm.device} "
@@ -78,10 +85,12 @@ def _ulysses_op(
     return out
 
 
-@_ulysses_op.register_fake
 def _ulysses_fake(q, k, v, group, fused, store_path, timeout_s):
     _check_inputs(q, k, v, distributed.world_size_for_key(group), store_path, fake=True)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+_ulysses_op = _ops.define("ulysses_attention", _ulysses_impl, _ulysses_fake)
 
 
 def ulysses_attention(

@@ -1,6 +1,7 @@
 // Argument validation and head-dim dispatch (host C++; the kernels live in flash_fwd_hdim*.cu).
 #include "attention/flash_fwd.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -15,28 +16,26 @@ namespace {
 constexpr int64_t kElementBytes = 2;  // bf16
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
 
-void check_strides(const char* name, const BmhdStrides& s, int64_t head_dim) {
+void check_strides(const char* name, const BmhdStrides& s) {
   const struct {
     const char* what;
     int64_t value;
   } strides[] = {{"batch", s.batch}, {"row", s.row}, {"head", s.head}};
   for (const auto& st : strides) {
-    std::ostringstream os;
-    os << name << " " << st.what << " stride is " << st.value << " elements: ";
-    require_input(st.value > 0, os.str() + "strides must be positive (head_dim is the contiguous dimension)");
-    require_input((st.value * kElementBytes) % 16 == 0,
-                  os.str() + "the TMA unit needs every stride to be a multiple of 16 bytes (8 bf16 elements)");
-    require_input(st.value * kElementBytes < kMaxTmaStrideBytes, os.str() + "the TMA unit needs strides below 2^40 bytes");
+    auto prefix = [&] { return std::string(name) + " " + st.what + " stride is " + std::to_string(st.value) + " elements: "; };
+    XSTAGE_REQUIRE(st.value > 0, prefix() + "strides must be positive (head_dim is the contiguous dimension)");
+    XSTAGE_REQUIRE((st.value * kElementBytes) % 16 == 0,
+                    prefix() + "the TMA unit needs every stride to be a multiple of 16 bytes (8 bf16 elements)");
+    XSTAGE_REQUIRE(st.value * kElementBytes < kMaxTmaStrideBytes, prefix() + "the TMA unit needs strides below 2^40 bytes");
   }
-  (void)head_dim;
 }
 
 void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) {
+  XSTAGE_REQUIRE(ptr != nullptr, std::string(name) + " pointer is null");
+  if (reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0) return;
   std::ostringstream os;
-  os << name << " pointer ";
-  require_input(ptr != nullptr, os.str() + "is null");
-  os << ptr << " is not " << alignment << "-byte aligned (the TMA unit needs 16-byte aligned tensors)";
-  require_input(reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0, os.str());
+  os << name << " pointer " << ptr << " is not " << alignment << "-byte aligned (the TMA unit needs 16-byte aligned tensors)";
+  throw InputError(os.str());
 }
 
 }  // namespace
@@ -53,37 +52,43 @@ namespace {
 // Everything but the output: shapes, scale, Q/K/V strides and pointers, the forced configuration.
 void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   const FlashFwdProblem& p = args.problem;
-  std::ostringstream shape;
-  shape << " (batch=" << p.batch << ", seqlen_q=" << p.seqlen_q << ", seqlen_k=" << p.seqlen_k
-        << ", heads=" << p.heads << ", head_dim=" << p.head_dim << ")";
-  require_input(p.head_dim == 64 || p.head_dim == 128,
-                "head_dim must be 64 or 128" + shape.str() + "; other head dims are not built");
-  require_input(p.batch >= 1 && p.heads >= 1 && p.seqlen_q >= 1 && p.seqlen_k >= 1,
-                "batch, heads, seqlen_q and seqlen_k must all be >= 1" + shape.str());
+  auto shape = [&] {
+    return " (batch=" + std::to_string(p.batch) + ", seqlen_q=" + std::to_string(p.seqlen_q) +
+           ", seqlen_k=" + std::to_string(p.seqlen_k) + ", heads=" + std::to_string(p.heads) +
+           ", head_dim=" + std::to_string(p.head_dim) + ")";
+  };
+  XSTAGE_REQUIRE(p.head_dim == 64 || p.head_dim == 128,
+                 "head_dim must be 64 or 128" + shape() + "; other head dims are not built");
+  XSTAGE_REQUIRE(p.batch >= 1 && p.heads >= 1 && p.seqlen_q >= 1 && p.seqlen_k >= 1,
+                 "batch, heads, seqlen_q and seqlen_k must all be >= 1" + shape());
   // Tile counts and TMA coordinates are 32-bit.
   const int64_t tiles = int64_t(p.batch) * p.heads * ((int64_t(p.seqlen_q) + 63) / 64);  // any b_m >= 64
-  require_input(tiles < (int64_t(1) << 31), "too many output tiles for one launch" + shape.str());
+  XSTAGE_REQUIRE(tiles < (int64_t(1) << 31), "too many output tiles for one launch" + shape());
   // The online softmax rescales by the running row maximum of the raw scores, which is the maximum of the
   // scaled scores only for a positive scale.
-  require_input(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.f,
-                "softmax_scale must be finite and positive (usually 1/sqrt(head_dim))");
-  check_strides("Q", p.q, p.head_dim);
-  check_strides("K", p.k, p.head_dim);
-  check_strides("V", p.v, p.head_dim);
+  XSTAGE_REQUIRE(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.f,
+                 "softmax_scale must be finite and positive (usually 1/sqrt(head_dim))");
+  check_strides("Q", p.q);
+  check_strides("K", p.k);
+  check_strides("V", p.v);
   check_pointer("Q", args.q, 16);
   check_pointer("K", args.k, 16);
   check_pointer("V", args.v, 16);
   if (args.tile_config) {
-    require_input(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
-                  "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
-                      " is for head_dim " + std::to_string(fwd_tile_shape(*args.tile_config).head_dim) + shape.str());
+    XSTAGE_REQUIRE(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
+                   "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
+                       " is for head_dim " + std::to_string(fwd_tile_shape(*args.tile_config).head_dim) + shape());
   }
 }
 
+// The current device's SM count, asked of CUDA once per device (devices 0..63) and remembered.
 int current_device_sms() {
+  static std::atomic<int> known[64] = {};
   int device = 0, num_sms = 0;
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 0 && device < 64 && (num_sms = known[device].load(std::memory_order_relaxed)) > 0) return num_sms;
   XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < 64) known[device].store(num_sms, std::memory_order_relaxed);
   return num_sms;
 }
 
@@ -91,7 +96,7 @@ int current_device_sms() {
 
 void validate_flash_fwd_args(FlashFwdArgs const& args) {
   validate_flash_fwd_inputs(args);
-  check_strides("O", args.problem.o, args.problem.head_dim);
+  check_strides("O", args.problem.o);
   check_pointer("O", args.o, 16);
   if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
 }
@@ -105,17 +110,17 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
   validate_flash_fwd_inputs(args);
   const FlashFwdProblem& p = args.problem;
   const UlyssesShape& s = dst.shape;
-  require_input(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks && dst.rank >= 0 && dst.rank < s.ranks,
-                "fused Ulysses: rank " + std::to_string(dst.rank) + " of " + std::to_string(s.ranks) + " ranks (at most " +
-                    std::to_string(kMaxUlyssesRanks) + ")");
-  require_input(p.seqlen_q == s.seqlen && p.seqlen_k == s.seqlen && p.heads * s.ranks == s.heads && p.batch == s.batch &&
-                    p.head_dim == s.head_dim,
-                "fused Ulysses: the attention problem (batch " + std::to_string(p.batch) + ", M " + std::to_string(p.seqlen_q) +
-                    ", heads " + std::to_string(p.heads) + ") is not the head-sharded shard of the layer (batch " +
-                    std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H/P " + std::to_string(s.local_heads()) + ")");
+  XSTAGE_REQUIRE(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks && dst.rank >= 0 && dst.rank < s.ranks,
+                 "fused Ulysses: rank " + std::to_string(dst.rank) + " of " + std::to_string(s.ranks) + " ranks (at most " +
+                     std::to_string(kMaxUlyssesRanks) + ")");
+  XSTAGE_REQUIRE(p.seqlen_q == s.seqlen && p.seqlen_k == s.seqlen && p.heads * s.ranks == s.heads && p.batch == s.batch &&
+                     p.head_dim == s.head_dim,
+                 "fused Ulysses: the attention problem (batch " + std::to_string(p.batch) + ", M " + std::to_string(p.seqlen_q) +
+                     ", heads " + std::to_string(p.heads) + ") is not the head-sharded shard of the layer (batch " +
+                     std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H/P " + std::to_string(s.local_heads()) + ")");
   for (int j = 0; j < s.ranks; ++j) {
     check_pointer("output window", dst.window[j], 16);
-    require_input(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
+    XSTAGE_REQUIRE(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
   }
   const int num_sms = current_device_sms();
   switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {

@@ -133,16 +133,16 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
     if (s.path != path) continue;
     const std::string at = who + ": sample " + std::to_string(i) + " (K=" + std::to_string(s.K) +
                            ", B=" + std::to_string(s.B_bytes) + ", rank " + std::to_string(s.rank) + ")";
-    require_input(s.sweep != Sweep::unset, at + " has no sweep tag; the sweep driver must set BurstSample::sweep");
-    require_input((s.sweep == Sweep::isolated) == (s.mode == Mode::isolated),
-                  at + ": sweep '" + to_string(s.sweep) + "' does not match mode '" + to_string(s.mode) + "'");
-    require_input(s.K > 0 && s.B_bytes > 0, at + ": K and B must be positive");
-    require_input(std::isfinite(s.T_iss_ns) && s.T_iss_ns > 0, at + ": T_iss_ns must be a positive time");
-    require_input(s.mode == Mode::isolated || (std::isfinite(s.T_period_ns) && s.T_period_ns > 0),
-                  at + ": a periodic sample needs a positive T_period_ns");
+    XSTAGE_REQUIRE(s.sweep != Sweep::unset, at + " has no sweep tag; the sweep driver must set BurstSample::sweep");
+    XSTAGE_REQUIRE((s.sweep == Sweep::isolated) == (s.mode == Mode::isolated),
+                   at + ": sweep '" + to_string(s.sweep) + "' does not match mode '" + to_string(s.mode) + "'");
+    XSTAGE_REQUIRE(s.K > 0 && s.B_bytes > 0, at + ": K and B must be positive");
+    XSTAGE_REQUIRE(std::isfinite(s.T_iss_ns) && s.T_iss_ns > 0, at + ": T_iss_ns must be a positive time");
+    XSTAGE_REQUIRE(s.mode == Mode::isolated || (std::isfinite(s.T_period_ns) && s.T_period_ns > 0),
+                   at + ": a periodic sample needs a positive T_period_ns");
     mine.push_back(&s);
   }
-  require_input(!mine.empty(), who + ": no samples for this store path");
+  XSTAGE_REQUIRE(!mine.empty(), who + ": no samples for this store path");
   auto pick = [&](Sweep sweep, Destination dest, bool include_held_out) {
     std::vector<const BurstSample*> out;
     for (const auto* s : mine)
@@ -165,8 +165,8 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
     }
     if (held_out_ignored)
       warn(std::to_string(held_out_ignored) + " plateau samples at held-out K ignored (kept out of sample)");
-    require_input(!plateau.empty(), who + ": no remote plateau samples outside the held-out K; measure periodic "
-                                          "remote bursts at a large gap (G >= 2*V/R + 2 us) to get T_iss0(K, V)");
+    XSTAGE_REQUIRE(!plateau.empty(), who + ": no remote plateau samples outside the held-out K; measure periodic "
+                                           "remote bursts at a large gap (G >= 2*V/R + 2 us) to get T_iss0(K, V)");
     for (auto& [kb, values] : plateau) triple.T_iss0.push_back({kb.first, kb.second, median(values)});
     diag["T_iss0"] = {{"source", "plateau sweep, remote, median T_iss over ranks per (K, B)"},
                       {"n_points", triple.T_iss0.size()}};
@@ -178,8 +178,8 @@ FitReport fit_platform_triple(const std::vector<BurstSample>& samples, model::St
   {
     const auto remote = pick(Sweep::zero_gap, Destination::remote, false);
     const auto local = local_control(pick(Sweep::zero_gap, Destination::local, false), /*period=*/true);
-    require_input(!remote.empty(), who + ": no remote zero-gap samples outside the held-out K; R is measured "
-                                         "from periodic bursts with G = 0");
+    XSTAGE_REQUIRE(!remote.empty(), who + ": no remote zero-gap samples outside the held-out K; R is measured "
+                                          "from periodic bursts with G = 0");
     double best_ratio = 0.0;
     const BurstSample* best = nullptr;
     int without_local = 0;

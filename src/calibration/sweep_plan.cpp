@@ -22,7 +22,7 @@ int clamp_K(double k, int sm_count) { return std::clamp(static_cast<int>(std::lr
 }  // namespace
 
 SweepGrid default_grid(int sm_count, StorePath path, bool quick) {
-  require_input(sm_count >= 8, "the GPU reports " + std::to_string(sm_count) + " SMs; calibration needs at least 8");
+  XSTAGE_REQUIRE(sm_count >= 8, "the GPU reports " + std::to_string(sm_count) + " SMs; calibration needs at least 8");
   SweepGrid g;
   std::set<int> fit = {clamp_K(sm_count / 8.0, sm_count), clamp_K(sm_count / 4.0, sm_count),
                        clamp_K(sm_count / 2.0, sm_count), sm_count};
@@ -48,32 +48,32 @@ SweepGrid default_grid(int sm_count, StorePath path, bool quick) {
 
 void validate_grid(const SweepGrid& grid, int sm_count, StorePath path) {
   auto check_K = [&](const std::vector<int>& ks, const char* what) {
-    require_input(!ks.empty(), std::string(what) + " is empty");
+    XSTAGE_REQUIRE(!ks.empty(), std::string(what) + " is empty");
     for (int k : ks)
-      require_input(k >= 1 && k <= sm_count, std::string(what) + ": K=" + std::to_string(k) +
-                                                 " is not in 1.." + std::to_string(sm_count) +
-                                                 " (one producer CTA per SM)");
+      XSTAGE_REQUIRE(k >= 1 && k <= sm_count, std::string(what) + ": K=" + std::to_string(k) +
+                                                  " is not in 1.." + std::to_string(sm_count) +
+                                                  " (one producer CTA per SM)");
   };
   check_K(grid.K_fit, "fit K list");
   check_K(grid.K_heldout, "held-out K list");
   for (int k : grid.K_heldout)
-    require_input(std::find(grid.K_fit.begin(), grid.K_fit.end(), k) == grid.K_fit.end(),
-                  "held-out K=" + std::to_string(k) + " is also a fit K; held-out K must be unseen by the fit");
+    XSTAGE_REQUIRE(std::find(grid.K_fit.begin(), grid.K_fit.end(), k) == grid.K_fit.end(),
+                   "held-out K=" + std::to_string(k) + " is also a fit K; held-out K must be unseen by the fit");
   const std::int64_t quantum = path == StorePath::tma_bulk ? kTmaQuantum : kStGlobalQuantum;
   const std::int64_t max_B = path == StorePath::tma_bulk ? kMaxTmaB : kMaxStGlobalB;
   auto check_B = [&](std::int64_t b) {
-    require_input(b >= quantum && b % quantum == 0 && b <= max_B,
-                  "B=" + std::to_string(b) + " bytes is invalid for " + model::to_string(path) +
-                      ": use a multiple of " + std::to_string(quantum) + " bytes up to " + std::to_string(max_B));
+    XSTAGE_REQUIRE(b >= quantum && b % quantum == 0 && b <= max_B,
+                   "B=" + std::to_string(b) + " bytes is invalid for " + model::to_string(path) +
+                       ": use a multiple of " + std::to_string(quantum) + " bytes up to " + std::to_string(max_B));
   };
-  require_input(!grid.B_bytes.empty(), "B list is empty");
+  XSTAGE_REQUIRE(!grid.B_bytes.empty(), "B list is empty");
   for (auto b : grid.B_bytes) check_B(b);
   check_B(grid.gap_sweep_B_bytes);
-  require_input(grid.gap_points >= 4 && grid.gap_points <= 64, "gap points must be in 4..64");
+  XSTAGE_REQUIRE(grid.gap_points >= 4 && grid.gap_points <= 64, "gap points must be in 4..64");
 }
 
 std::vector<double> gap_sweep_ns(std::int64_t V_bytes, double R_bytes_per_ns, int points) {
-  require_input(R_bytes_per_ns > 0 && points >= 2, "gap sweep needs R > 0 and at least 2 points");
+  XSTAGE_REQUIRE(R_bytes_per_ns > 0 && points >= 2, "gap sweep needs R > 0 and at least 2 points");
   const double span = 3.0 * static_cast<double>(V_bytes) / R_bytes_per_ns;
   std::vector<double> g;
   for (int i = 0; i < points; ++i) g.push_back(span * i / (points - 1));
@@ -112,10 +112,10 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& what
     } catch (...) {
       used = 0;
     }
-    require_input(used == item.size() && !item.empty(), what + ": '" + item + "' is not an integer");
+    XSTAGE_REQUIRE(used == item.size() && !item.empty(), what + ": '" + item + "' is not an integer");
     out.push_back(v);
   }
-  require_input(!out.empty(), what + " is empty");
+  XSTAGE_REQUIRE(!out.empty(), what + " is empty");
   return out;
 }
 

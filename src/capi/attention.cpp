@@ -26,14 +26,14 @@ std::string dims(const char* a, int64_t va, const char* b, int64_t vb) {
 
 // The [batch, seq, heads, head_dim] strides of `t` for the kernel (head_dim stride checked to be 1).
 attention::BmhdStrides bmhd_strides(const xstage_tensor& t, const char* name) {
-  require_input(t.shape[3] == 1 || t.strides[3] == 1,
-                std::string(name) + " has head_dim stride " + std::to_string(t.strides[3]) +
-                    "; the last (head_dim) dimension must be contiguous (stride 1)");
+  XSTAGE_REQUIRE(t.shape[3] == 1 || t.strides[3] == 1,
+                 std::string(name) + " has head_dim stride " + std::to_string(t.strides[3]) +
+                     "; the last (head_dim) dimension must be contiguous (stride 1)");
   return {effective_stride(t, 0), effective_stride(t, 1), effective_stride(t, 2)};
 }
 
 int to_int(int64_t v, const char* what) {
-  require_input(v <= INT32_MAX, std::string(what) + " = " + std::to_string(v) + " is larger than 2^31 - 1");
+  XSTAGE_REQUIRE(v <= INT32_MAX, std::string(what) + " = " + std::to_string(v) + " is larger than 2^31 - 1");
   return static_cast<int>(v);
 }
 
@@ -55,21 +55,21 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
 
   const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads = q.shape[2], head_dim = q.shape[3];
   const int64_t seqlen_k = k.shape[1];
-  require_input(head_dim == 64 || head_dim == 128,
-                "head_dim is " + std::to_string(head_dim) + " (q shape " + shape_string(q) +
-                    "); xstage's attention kernels are built for head_dim 64 and 128");
-  require_input(k.shape[0] == batch && k.shape[2] == heads && k.shape[3] == head_dim,
-                "k shape " + shape_string(k) + " does not match q shape " + shape_string(q) +
-                    " (batch, heads and head_dim must be equal)");
-  require_input(v.shape[0] == k.shape[0] && v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] &&
-                    v.shape[3] == k.shape[3],
-                "v shape " + shape_string(v) + " must equal k shape " + shape_string(k));
-  require_input(o.shape[0] == q.shape[0] && o.shape[1] == q.shape[1] && o.shape[2] == q.shape[2] &&
-                    o.shape[3] == q.shape[3],
-                "out shape " + shape_string(o) + " must equal q shape " + shape_string(q));
-  require_input(batch >= 1 && heads >= 1 && seqlen_q >= 1 && seqlen_k >= 1,
-                "empty attention: " + dims("batch", batch, "heads", heads) + ", " +
-                    dims("seqlen_q", seqlen_q, "seqlen_k", seqlen_k) + " (all must be >= 1)");
+  XSTAGE_REQUIRE(head_dim == 64 || head_dim == 128,
+                 "head_dim is " + std::to_string(head_dim) + " (q shape " + shape_string(q) +
+                     "); xstage's attention kernels are built for head_dim 64 and 128");
+  XSTAGE_REQUIRE(k.shape[0] == batch && k.shape[2] == heads && k.shape[3] == head_dim,
+                 "k shape " + shape_string(k) + " does not match q shape " + shape_string(q) +
+                     " (batch, heads and head_dim must be equal)");
+  XSTAGE_REQUIRE(v.shape[0] == k.shape[0] && v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] &&
+                     v.shape[3] == k.shape[3],
+                 "v shape " + shape_string(v) + " must equal k shape " + shape_string(k));
+  XSTAGE_REQUIRE(o.shape[0] == q.shape[0] && o.shape[1] == q.shape[1] && o.shape[2] == q.shape[2] &&
+                     o.shape[3] == q.shape[3],
+                 "out shape " + shape_string(o) + " must equal q shape " + shape_string(q));
+  XSTAGE_REQUIRE(batch >= 1 && heads >= 1 && seqlen_q >= 1 && seqlen_k >= 1,
+                 "empty attention: " + dims("batch", batch, "heads", heads) + ", " +
+                     dims("seqlen_q", seqlen_q, "seqlen_k", seqlen_k) + " (all must be >= 1)");
 
   attention::FlashFwdArgs args;
   attention::FlashFwdProblem& p = args.problem;
@@ -98,13 +98,13 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
     const xstage_tensor& lse = require_tensor(lse_in, "lse");
     require_ndim(lse, "lse", 3, "[batch, heads, seqlen_q]");
     require_dtype(lse, "lse", XSTAGE_DTYPE_FLOAT32);
-    require_input(lse.shape[0] == batch && lse.shape[1] == heads && lse.shape[2] == seqlen_q,
-                  "lse shape " + shape_string(lse) + " must be [batch, heads, seqlen_q] = [" + std::to_string(batch) +
-                      ", " + std::to_string(heads) + ", " + std::to_string(seqlen_q) + "]");
+    XSTAGE_REQUIRE(lse.shape[0] == batch && lse.shape[1] == heads && lse.shape[2] == seqlen_q,
+                   "lse shape " + shape_string(lse) + " must be [batch, heads, seqlen_q] = [" + std::to_string(batch) +
+                       ", " + std::to_string(heads) + ", " + std::to_string(seqlen_q) + "]");
     // Contiguous; the stride of a dimension of size 1 is not looked at.
-    require_input((seqlen_q == 1 || lse.strides[2] == 1) && (heads == 1 || lse.strides[1] == seqlen_q) &&
-                      (batch == 1 || lse.strides[0] == heads * seqlen_q),
-                  "lse must be contiguous (strides [heads*seqlen_q, seqlen_q, 1])");
+    XSTAGE_REQUIRE((seqlen_q == 1 || lse.strides[2] == 1) && (heads == 1 || lse.strides[1] == seqlen_q) &&
+                       (batch == 1 || lse.strides[0] == heads * seqlen_q),
+                   "lse must be contiguous (strides [heads*seqlen_q, seqlen_q, 1])");
     require_same_cuda_device(lse, "lse", device, "q");
     args.lse = static_cast<float*>(lse.data);
   }

@@ -16,21 +16,20 @@ static_assert(sizeof(ncclUniqueId) == XSTAGE_COMM_UNIQUE_ID_BYTES, "XSTAGE_COMM_
 namespace xstage::capi {
 
 comm::Runtime& require_comm(const xstage_comm* comm) {
-  require_input(comm != nullptr && comm->runtime != nullptr, "comm is NULL (create it with xstage_comm_create)");
+  XSTAGE_REQUIRE(comm != nullptr && comm->runtime != nullptr, "comm is NULL (create it with xstage_comm_create)");
   return *comm->runtime;
 }
 
 }  // namespace xstage::capi
 
 using xstage::InputError;
-using xstage::require_input;
 namespace capi = xstage::capi;
 
 extern "C" {
 
 XSTAGE_C_API int xstage_comm_unique_id(uint8_t out[XSTAGE_COMM_UNIQUE_ID_BYTES]) {
   return capi::guarded("xstage_comm_unique_id", [&] {
-    require_input(out != nullptr, "out is NULL");
+    XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     const ncclUniqueId id = xstage::comm::Runtime::new_unique_id();
     std::memcpy(out, &id, sizeof id);
   });
@@ -39,13 +38,13 @@ XSTAGE_C_API int xstage_comm_unique_id(uint8_t out[XSTAGE_COMM_UNIQUE_ID_BYTES])
 XSTAGE_C_API int xstage_comm_create(const uint8_t id[XSTAGE_COMM_UNIQUE_ID_BYTES], int32_t rank, int32_t world_size,
                                     int32_t device, xstage_comm** out) {
   return capi::guarded("xstage_comm_create", [&] {
-    require_input(out != nullptr, "out is NULL");
+    XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     *out = nullptr;
-    require_input(id != nullptr, "id is NULL (make one with xstage_comm_unique_id on one rank)");
-    require_input(world_size >= 1, "world_size is " + std::to_string(world_size) + "; it must be >= 1");
-    require_input(rank >= 0 && rank < world_size,
-                  "rank " + std::to_string(rank) + " does not exist in a job of " + std::to_string(world_size) + " ranks");
-    require_input(device >= 0, "device is " + std::to_string(device) + "; it must be a CUDA device ordinal");
+    XSTAGE_REQUIRE(id != nullptr, "id is NULL (make one with xstage_comm_unique_id on one rank)");
+    XSTAGE_REQUIRE(world_size >= 1, "world_size is " + std::to_string(world_size) + "; it must be >= 1");
+    XSTAGE_REQUIRE(rank >= 0 && rank < world_size,
+                   "rank " + std::to_string(rank) + " does not exist in a job of " + std::to_string(world_size) + " ranks");
+    XSTAGE_REQUIRE(device >= 0, "device is " + std::to_string(device) + "; it must be a CUDA device ordinal");
     capi::require_supported_device(device);
     capi::DeviceGuard guard(device);  // Runtime makes the device current; the caller's is restored after
     ncclUniqueId nccl_id;
@@ -78,9 +77,9 @@ XSTAGE_C_API int xstage_comm_barrier(xstage_comm* comm) {
 XSTAGE_C_API int xstage_comm_destroy(xstage_comm* comm) {
   return capi::guarded("xstage_comm_destroy", [&] {
     if (comm == nullptr) return;
-    require_input(comm->layers == 0, std::to_string(comm->layers) +
-                                         " layer(s) created on this communicator still exist: destroy them first "
-                                         "(xstage_ulysses_destroy / xstage_moe_destroy)");
+    XSTAGE_REQUIRE(comm->layers == 0, std::to_string(comm->layers) +
+                                          " layer(s) created on this communicator still exist: destroy them first "
+                                          "(xstage_ulysses_destroy / xstage_moe_destroy)");
     if (comm->runtime) {
       capi::DeviceGuard guard(comm->runtime->device());
       comm->runtime.reset();  // synchronises its stream, finalises and destroys the NCCL communicator

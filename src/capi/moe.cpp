@@ -24,9 +24,9 @@ namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 
 moe::DType moe_dtype(int32_t dtype, const char* what) {
-  require_input(dtype == XSTAGE_DTYPE_BFLOAT16 || dtype == XSTAGE_DTYPE_FLOAT8_E4M3,
-                std::string(what) + " is " + dtype_name(dtype) +
-                    "; the MoE layer runs bfloat16 or float8_e4m3fn (W8A8) weights");
+  XSTAGE_REQUIRE(dtype == XSTAGE_DTYPE_BFLOAT16 || dtype == XSTAGE_DTYPE_FLOAT8_E4M3,
+                 std::string(what) + " is " + dtype_name(dtype) +
+                     "; the MoE layer runs bfloat16 or float8_e4m3fn (W8A8) weights");
   return dtype == XSTAGE_DTYPE_BFLOAT16 ? moe::DType::bf16 : moe::DType::fp8_e4m3;
 }
 
@@ -38,10 +38,10 @@ struct Checked {
 // Everything about a configuration that can be checked without a GPU (FusedMoeLayer checks the rest: CTA
 // pairs against the SM count).
 Checked check_config(const xstage_moe_config* c, int32_t ranks) {
-  require_input(c != nullptr, "config is NULL");
-  require_input(c->reserved == 0, "config.reserved must be 0 (xstage_moe_config not zero-initialised?)");
-  require_input(ranks >= 1 && ranks <= moe::kMaxEpRanks,
-                "the MoE layer runs on 1 to " + s(moe::kMaxEpRanks) + " ranks (one NVLink domain); got " + s(ranks));
+  XSTAGE_REQUIRE(c != nullptr, "config is NULL");
+  XSTAGE_REQUIRE(c->reserved == 0, "config.reserved must be 0 (xstage_moe_config not zero-initialised?)");
+  XSTAGE_REQUIRE(ranks >= 1 && ranks <= moe::kMaxEpRanks,
+                 "the MoE layer runs on 1 to " + s(moe::kMaxEpRanks) + " ranks (one NVLink domain); got " + s(ranks));
   Checked out;
   moe::MoeProblem& p = out.problem;
   p.P_ranks = ranks;
@@ -52,38 +52,38 @@ Checked check_config(const xstage_moe_config* c, int32_t ranks) {
   p.T_tokens = c->max_tokens;
   p.dtype = moe_dtype(c->dtype, "config.dtype");
   p.b_m = 128;
-  require_input(c->hidden >= 1 && c->inter >= 1,
-                "MoE: hidden and inter must be positive (got " + s(c->hidden) + ", " + s(c->inter) + ")");
-  require_input(c->tile_n == 0 || c->tile_n == 128 || c->tile_n == 256,
-                "config.tile_n is " + s(c->tile_n) + "; it must be 128, 256 or 0 (the default for the shape)");
+  XSTAGE_REQUIRE(c->hidden >= 1 && c->inter >= 1,
+                 "MoE: hidden and inter must be positive (got " + s(c->hidden) + ", " + s(c->inter) + ")");
+  XSTAGE_REQUIRE(c->tile_n == 0 || c->tile_n == 128 || c->tile_n == 256,
+                 "config.tile_n is " + s(c->tile_n) + "; it must be 128, 256 or 0 (the default for the shape)");
   p.b_n = c->tile_n ? c->tile_n : moe::default_tile_n(p.dtype, c->hidden, c->inter);
   moe::validate(p);
-  require_input(p.dtype == moe::DType::bf16 || p.b_n == 256,
-                "MoE fp8: the fused fp8 kernel needs 256-wide tiles: hidden a multiple of 128 and 2*inter a multiple of "
-                "256 (got hidden " + s(p.h_hidden) + ", inter " + s(p.h_inter) + ", tile_n " + s(p.b_n) + ")");
-  require_input(p.E_local() <= moe::kMegaMoeMaxLocalExperts && p.P_ranks * p.E_local() <= moe::kMegaMoeMaxCounts,
-                "MoE: " + s(p.E_local()) + " experts per rank is more than the kernel's shared-memory tables hold (" +
-                    s(moe::kMegaMoeMaxLocalExperts) + ", and ranks x local experts <= " + s(moe::kMegaMoeMaxCounts) + ")");
+  XSTAGE_REQUIRE(p.dtype == moe::DType::bf16 || p.b_n == 256,
+                 "MoE fp8: the fused fp8 kernel needs 256-wide tiles: hidden a multiple of 128 and 2*inter a multiple of "
+                 "256 (got hidden " + s(p.h_hidden) + ", inter " + s(p.h_inter) + ", tile_n " + s(p.b_n) + ")");
+  XSTAGE_REQUIRE(p.E_local() <= moe::kMegaMoeMaxLocalExperts && p.P_ranks * p.E_local() <= moe::kMegaMoeMaxCounts,
+                 "MoE: " + s(p.E_local()) + " experts per rank is more than the kernel's shared-memory tables hold (" +
+                     s(moe::kMegaMoeMaxLocalExperts) + ", and ranks x local experts <= " + s(moe::kMegaMoeMaxCounts) + ")");
 
   moe::FusedMoeOptions& o = out.options;
-  require_input(c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED || c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ||
-                    c->schedule == XSTAGE_MOE_SCHEDULE_AUTO,
-                "config.schedule is " + s(c->schedule) + "; it must be XSTAGE_MOE_SCHEDULE_INTERLEAVED (0), "
-                "XSTAGE_MOE_SCHEDULE_EXPERT_WAVE (1) or XSTAGE_MOE_SCHEDULE_AUTO (2)");
+  XSTAGE_REQUIRE(c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED || c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ||
+                     c->schedule == XSTAGE_MOE_SCHEDULE_AUTO,
+                 "config.schedule is " + s(c->schedule) + "; it must be XSTAGE_MOE_SCHEDULE_INTERLEAVED (0), "
+                 "XSTAGE_MOE_SCHEDULE_EXPERT_WAVE (1) or XSTAGE_MOE_SCHEDULE_AUTO (2)");
   o.automatic = c->schedule == XSTAGE_MOE_SCHEDULE_AUTO;
   o.schedule = c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ? moe::MoeScheduleKind::expert_wave : moe::MoeScheduleKind::interleaved;
-  require_input(c->wave_lag >= 0, "config.wave_lag is " + s(c->wave_lag) + "; it must be >= 0 (1: pipelined waves)");
-  require_input(c->wave_experts >= 0 && c->wave_experts <= p.E_local(),
-                "config.wave_experts is " + s(c->wave_experts) + "; it must be 0 (automatic) to " + s(p.E_local()) +
-                    " (the local experts)");
-  require_input(c->lead_rows >= 0, "config.lead_rows is " + s(c->lead_rows) + "; it must be >= 0 (0: automatic)");
-  require_input(c->cluster_n >= 0 && c->cluster_n <= 2, "config.cluster_n is " + s(c->cluster_n) + "; it must be 0 (automatic), 1 or 2");
-  require_input(c->cluster_m == 1 || c->cluster_m == 2 || c->cluster_m == 0, "config.cluster_m is " + s(c->cluster_m) + "; it must be 1 or 2");
-  require_input(!(c->cluster_m == 2 && c->cluster_n == 2), "config: CTA pairs along N (cluster_n 2) and along M (cluster_m 2) do not combine");
-  require_input(c->cluster_m != 2 || p.b_n == 256, "config: M-pairs (cluster_m 2) need 256-wide tiles (tile_n " + s(p.b_n) + ")");
-  require_input(c->capacity_slack == 0 || c->capacity_slack >= 1,
-                "config.capacity_slack is " + std::to_string(c->capacity_slack) + "; it must be 0 (worst case) or >= 1");
-  require_input(c->timeout_s >= 0 && c->timeout_s < 1e6, "config.timeout_s is " + std::to_string(c->timeout_s) + "; it must be >= 0 (0: 10 s)");
+  XSTAGE_REQUIRE(c->wave_lag >= 0, "config.wave_lag is " + s(c->wave_lag) + "; it must be >= 0 (1: pipelined waves)");
+  XSTAGE_REQUIRE(c->wave_experts >= 0 && c->wave_experts <= p.E_local(),
+                 "config.wave_experts is " + s(c->wave_experts) + "; it must be 0 (automatic) to " + s(p.E_local()) +
+                     " (the local experts)");
+  XSTAGE_REQUIRE(c->lead_rows >= 0, "config.lead_rows is " + s(c->lead_rows) + "; it must be >= 0 (0: automatic)");
+  XSTAGE_REQUIRE(c->cluster_n >= 0 && c->cluster_n <= 2, "config.cluster_n is " + s(c->cluster_n) + "; it must be 0 (automatic), 1 or 2");
+  XSTAGE_REQUIRE(c->cluster_m == 1 || c->cluster_m == 2 || c->cluster_m == 0, "config.cluster_m is " + s(c->cluster_m) + "; it must be 1 or 2");
+  XSTAGE_REQUIRE(!(c->cluster_m == 2 && c->cluster_n == 2), "config: CTA pairs along N (cluster_n 2) and along M (cluster_m 2) do not combine");
+  XSTAGE_REQUIRE(c->cluster_m != 2 || p.b_n == 256, "config: M-pairs (cluster_m 2) need 256-wide tiles (tile_n " + s(p.b_n) + ")");
+  XSTAGE_REQUIRE(c->capacity_slack == 0 || c->capacity_slack >= 1,
+                 "config.capacity_slack is " + std::to_string(c->capacity_slack) + "; it must be 0 (worst case) or >= 1");
+  XSTAGE_REQUIRE(c->timeout_s >= 0 && c->timeout_s < 1e6, "config.timeout_s is " + std::to_string(c->timeout_s) + "; it must be >= 0 (0: 10 s)");
   o.wave_lag = c->wave_lag;
   o.wave_experts = c->wave_experts;
   o.D_rows = c->lead_rows;
@@ -110,15 +110,15 @@ const xstage_tensor& operand(const xstage_tensor* in, const char* name, int32_t 
 void moe_forward(xstage_moe* layer, const xstage_tensor* tokens_in, const xstage_tensor* ids_in, const xstage_tensor* weights_in,
                  const xstage_tensor* w1_in, const xstage_tensor* w2_in, const xstage_tensor* w1s_in, const xstage_tensor* w2s_in,
                  const xstage_tensor* out_in, void* stream) {
-  require_input(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_moe_create)");
+  XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_moe_create)");
   const int32_t device = require_comm(layer->comm).device();
   const moe::MoeProblem& p = layer->problem;
   const int64_t h = p.h_hidden, I = p.h_inter, k = p.top_k, EL = p.E_local();
   const xstage_tensor& x = require_tensor(tokens_in, "tokens");
   require_ndim(x, "tokens", 2, "[tokens, hidden]");
   const int64_t T = x.shape[0];
-  require_input(T <= p.T_tokens, "tokens has " + s(T) + " rows; the layer was created for at most max_tokens = " + s(p.T_tokens) +
-                                     " per call (create a layer with a larger max_tokens)");
+  XSTAGE_REQUIRE(T <= p.T_tokens, "tokens has " + s(T) + " rows; the layer was created for at most max_tokens = " + s(p.T_tokens) +
+                                      " per call (create a layer with a larger max_tokens)");
   operand(tokens_in, "tokens", XSTAGE_DTYPE_BFLOAT16, {T, h}, "[tokens, hidden]", device);
   const xstage_tensor& ids = operand(ids_in, "topk_ids", XSTAGE_DTYPE_INT32, {T, k}, "[tokens, top_k]", device);
   const xstage_tensor& wts = operand(weights_in, "topk_weights", XSTAGE_DTYPE_FLOAT32, {T, k}, "[tokens, top_k]", device);
@@ -128,13 +128,13 @@ void moe_forward(xstage_moe* layer, const xstage_tensor* tokens_in, const xstage
   const xstage_tensor* w1s = nullptr;
   const xstage_tensor* w2s = nullptr;
   if (p.dtype == moe::DType::fp8_e4m3) {
-    require_input(w1s_in != nullptr && w2s_in != nullptr, "an fp8 layer needs w1_scales and w2_scales");
+    XSTAGE_REQUIRE(w1s_in != nullptr && w2s_in != nullptr, "an fp8 layer needs w1_scales and w2_scales");
     w1s = &operand(w1s_in, "w1_scales", XSTAGE_DTYPE_FLOAT32, {EL * 2 * I / 128, moe::round_up(h / 128, 4)},
                    "[experts/P * 2*inter/128, round_up(hidden/128, 4)]", device);
     w2s = &operand(w2s_in, "w2_scales", XSTAGE_DTYPE_FLOAT32, {EL * h / 128, moe::round_up(I / 128, 4)},
                    "[experts/P * hidden/128, round_up(inter/128, 4)]", device);
   } else {
-    require_input(w1s_in == nullptr && w2s_in == nullptr, "a bfloat16 layer takes no weight scales (pass NULL)");
+    XSTAGE_REQUIRE(w1s_in == nullptr && w2s_in == nullptr, "a bfloat16 layer takes no weight scales (pass NULL)");
   }
   const xstage_tensor& o = operand(out_in, "out", XSTAGE_DTYPE_BFLOAT16, {T, h}, "[tokens, hidden]", device);
   require_disjoint(o, "out", x, "tokens");
@@ -171,11 +171,11 @@ void pack_w1(const xstage_tensor* logical_in, const xstage_tensor* packed_in, in
   require_ndim(logical, "logical", 3, "[experts, 2*inter, hidden]");
   const int64_t E = logical.shape[0], N = logical.shape[1], h = logical.shape[2];
   const int32_t device = logical.device;
-  require_input(tile_n == 128 || tile_n == 256, "tile_n is " + s(tile_n) + "; it must be 128 or 256");
-  require_input(E >= 1 && N >= 2 && N % 2 == 0 && N % tile_n == 0 && h >= 8 && h % 8 == 0,
-                "logical has shape " + shape_string(logical) + "; [experts, 2*inter, hidden] needs experts >= 1, 2*inter a "
-                "multiple of tile_n = " + s(tile_n) + " and hidden a multiple of 8");
-  require_input(E * N * h < (int64_t{1} << 40), "logical is too large");
+  XSTAGE_REQUIRE(tile_n == 128 || tile_n == 256, "tile_n is " + s(tile_n) + "; it must be 128 or 256");
+  XSTAGE_REQUIRE(E >= 1 && N >= 2 && N % 2 == 0 && N % tile_n == 0 && h >= 8 && h % 8 == 0,
+                 "logical has shape " + shape_string(logical) + "; [experts, 2*inter, hidden] needs experts >= 1, 2*inter a "
+                 "multiple of tile_n = " + s(tile_n) + " and hidden a multiple of 8");
+  XSTAGE_REQUIRE(E * N * h < (int64_t{1} << 40), "logical is too large");
   operand(logical_in, "logical", XSTAGE_DTYPE_BFLOAT16, {E, N, h}, "[experts, 2*inter, hidden]", device);
   const xstage_tensor& packed = operand(packed_in, "packed", XSTAGE_DTYPE_BFLOAT16, {E, N, h}, "[experts, 2*inter, hidden]", device);
   require_disjoint(packed, "packed", logical, "logical");
@@ -193,12 +193,12 @@ void quantize_weights(const xstage_tensor* w_in, const xstage_tensor* codes_in, 
   require_ndim(w, "w", 2, "[n, k]");
   const int64_t n = w.shape[0], k = w.shape[1];
   const int32_t device = w.device;
-  require_input(n >= 128 && k >= 128 && n % 128 == 0 && k % 128 == 0 && n <= INT32_MAX && k <= INT32_MAX,
-                "w has shape " + shape_string(w) + "; 128x128-block quantization needs n and k positive multiples of 128");
+  XSTAGE_REQUIRE(n >= 128 && k >= 128 && n % 128 == 0 && k % 128 == 0 && n <= INT32_MAX && k <= INT32_MAX,
+                 "w has shape " + shape_string(w) + "; 128x128-block quantization needs n and k positive multiples of 128");
   operand(w_in, "w", XSTAGE_DTYPE_BFLOAT16, {n, k}, "[n, k]", device);
   const xstage_tensor& c = require_tensor(codes_in, "codes");
-  require_input(c.dtype == XSTAGE_DTYPE_FLOAT8_E4M3 || c.dtype == XSTAGE_DTYPE_UINT8,
-                "codes has dtype " + dtype_name(c.dtype) + "; it must be float8_e4m3fn (or uint8)");
+  XSTAGE_REQUIRE(c.dtype == XSTAGE_DTYPE_FLOAT8_E4M3 || c.dtype == XSTAGE_DTYPE_UINT8,
+                 "codes has dtype " + dtype_name(c.dtype) + "; it must be float8_e4m3fn (or uint8)");
   const xstage_tensor& codes = operand(codes_in, "codes", c.dtype, {n, k}, "[n, k]", device);
   const xstage_tensor& scales =
       operand(scales_in, "scales", XSTAGE_DTYPE_FLOAT32, {n / 128, moe::round_up(k / 128, 4)}, "[n/128, round_up(k/128, 4)]", device);
@@ -215,7 +215,6 @@ void quantize_weights(const xstage_tensor* w_in, const xstage_tensor* codes_in, 
 }  // namespace
 }  // namespace xstage::capi
 
-using xstage::require_input;
 namespace capi = xstage::capi;
 
 extern "C" {
@@ -224,7 +223,7 @@ XSTAGE_C_API size_t xstage_moe_config_struct_size(void) { return sizeof(xstage_m
 
 XSTAGE_C_API int xstage_moe_default_tile_n(int32_t dtype, int32_t hidden, int32_t inter, int32_t* out) {
   return capi::guarded("xstage_moe_default_tile_n", [&] {
-    require_input(out != nullptr, "out is NULL");
+    XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     *out = xstage::moe::default_tile_n(capi::moe_dtype(dtype, "dtype"), hidden, inter);
   });
 }
@@ -235,7 +234,7 @@ XSTAGE_C_API int xstage_moe_check_config(const xstage_moe_config* config, int32_
 
 XSTAGE_C_API int xstage_moe_create(xstage_comm* comm, const xstage_moe_config* config, xstage_moe** out) {
   return capi::guarded("xstage_moe_create", [&] {
-    require_input(out != nullptr, "out is NULL");
+    XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     *out = nullptr;
     xstage::comm::Runtime& rt = capi::require_comm(comm);
     const capi::Checked c = capi::check_config(config, rt.world_size());
@@ -260,7 +259,7 @@ XSTAGE_C_API int xstage_moe_forward(xstage_moe* layer, const xstage_tensor* toke
 
 XSTAGE_C_API int xstage_moe_poll(const xstage_moe* layer) {
   return capi::guarded("xstage_moe_poll", [&] {
-    require_input(layer != nullptr && layer->layer != nullptr, "layer is NULL");
+    XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL");
     layer->layer->poll();
   });
 }

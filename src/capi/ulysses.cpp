@@ -43,7 +43,7 @@ const xstage_tensor& shard_operand(const xstage_tensor* in, const char* name, co
 
 void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xstage_tensor* k_in, const xstage_tensor* v_in,
                      const xstage_tensor* o_in, int32_t fused, void* stream) {
-  require_input(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_ulysses_create)");
+  XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_ulysses_create)");
   const int32_t device = require_comm(layer->comm).device();
   const attention::UlyssesShape& s = layer->shape;
   const xstage_tensor& q = shard_operand(q_in, "q", s, device);
@@ -68,7 +68,6 @@ void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xst
 }  // namespace
 }  // namespace xstage::capi
 
-using xstage::require_input;
 namespace capi = xstage::capi;
 
 extern "C" {
@@ -80,15 +79,15 @@ XSTAGE_C_API int xstage_ulysses_check_shape(int32_t batch, int32_t seqlen, int32
 XSTAGE_C_API int xstage_ulysses_create(xstage_comm* comm, int32_t batch, int32_t seqlen, int32_t heads, int32_t head_dim,
                                        int32_t store_path, double timeout_s, xstage_ulysses** out) {
   return capi::guarded("xstage_ulysses_create", [&] {
-    require_input(out != nullptr, "out is NULL");
+    XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     *out = nullptr;
     xstage::comm::Runtime& rt = capi::require_comm(comm);
     const xstage::attention::UlyssesShape shape = capi::make_shape(batch, seqlen, heads, head_dim, rt.world_size());
-    require_input(store_path == XSTAGE_A2A_STORE_TMA || store_path == XSTAGE_A2A_STORE_ST_GLOBAL,
-                  "store_path is " + std::to_string(store_path) + "; it must be XSTAGE_A2A_STORE_TMA (0) or "
-                  "XSTAGE_A2A_STORE_ST_GLOBAL (1)");
-    require_input(timeout_s >= 0 && timeout_s < 1e6, "timeout_s is " + std::to_string(timeout_s) +
-                                                          "; it must be >= 0 seconds (0: the default, 10 s)");
+    XSTAGE_REQUIRE(store_path == XSTAGE_A2A_STORE_TMA || store_path == XSTAGE_A2A_STORE_ST_GLOBAL,
+                   "store_path is " + std::to_string(store_path) + "; it must be XSTAGE_A2A_STORE_TMA (0) or "
+                   "XSTAGE_A2A_STORE_ST_GLOBAL (1)");
+    XSTAGE_REQUIRE(timeout_s >= 0 && timeout_s < 1e6, "timeout_s is " + std::to_string(timeout_s) +
+                                                           "; it must be >= 0 seconds (0: the default, 10 s)");
     xstage::attention::UlyssesOptions options;
     options.store_path = store_path == XSTAGE_A2A_STORE_TMA ? xstage::attention::A2AStorePath::tma
                                                             : xstage::attention::A2AStorePath::st_global;
@@ -111,7 +110,7 @@ XSTAGE_C_API int xstage_ulysses_forward(xstage_ulysses* layer, const xstage_tens
 
 XSTAGE_C_API int xstage_ulysses_poll(const xstage_ulysses* layer) {
   return capi::guarded("xstage_ulysses_poll", [&] {
-    require_input(layer != nullptr && layer->layer != nullptr, "layer is NULL");
+    XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL");
     layer->layer->poll();
   });
 }

@@ -2,6 +2,8 @@
 // arguments and CUDA devices that every operation shares. Operations live one per file (attention.cpp).
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -52,24 +54,24 @@ std::string shape_string(const xstage_tensor& t) {
 }
 
 const xstage_tensor& require_tensor(const xstage_tensor* t, const char* name) {
-  require_input(t != nullptr, std::string(name) + " is NULL");
-  require_input(t->ndim >= 1 && t->ndim <= XSTAGE_MAX_NDIM,
-                std::string(name) + " has ndim " + std::to_string(t->ndim) + " (must be 1.." +
-                    std::to_string(XSTAGE_MAX_NDIM) + ")");
+  XSTAGE_REQUIRE(t != nullptr, std::string(name) + " is NULL");
+  XSTAGE_REQUIRE(t->ndim >= 1 && t->ndim <= XSTAGE_MAX_NDIM,
+                 std::string(name) + " has ndim " + std::to_string(t->ndim) + " (must be 1.." +
+                     std::to_string(XSTAGE_MAX_NDIM) + ")");
   for (int i = 0; i < t->ndim; ++i)
-    require_input(t->shape[i] >= 0, std::string(name) + " has a negative size: shape " + shape_string(*t));
-  require_input(t->reserved == 0, std::string(name) + ".reserved must be 0 (xstage_tensor not zero-initialised?)");
+    XSTAGE_REQUIRE(t->shape[i] >= 0, std::string(name) + " has a negative size: shape " + shape_string(*t));
+  XSTAGE_REQUIRE(t->reserved == 0, std::string(name) + ".reserved must be 0 (xstage_tensor not zero-initialised?)");
   return *t;
 }
 
 void require_ndim(const xstage_tensor& t, const char* name, int32_t ndim, const char* layout) {
-  require_input(t.ndim == ndim, std::string(name) + " must be " + std::to_string(ndim) + "-D " + layout +
-                                    "; got shape " + shape_string(t));
+  XSTAGE_REQUIRE(t.ndim == ndim, std::string(name) + " must be " + std::to_string(ndim) + "-D " + layout +
+                                     "; got shape " + shape_string(t));
 }
 
 void require_dtype(const xstage_tensor& t, const char* name, int32_t dtype) {
-  require_input(t.dtype == dtype, std::string(name) + " has dtype " + dtype_name(t.dtype) + "; it must be " +
-                                      dtype_name(dtype));
+  XSTAGE_REQUIRE(t.dtype == dtype, std::string(name) + " has dtype " + dtype_name(t.dtype) + "; it must be " +
+                                       dtype_name(dtype));
 }
 
 void require_same_cuda_device(const xstage_tensor& t, const char* name, int32_t device, const char* first) {
@@ -77,9 +79,9 @@ void require_same_cuda_device(const xstage_tensor& t, const char* name, int32_t 
     throw InputError(std::string(name) + " is in host memory (device " + std::to_string(t.device) +
                      "); it must be CUDA device memory");
   }
-  require_input(t.device == device, std::string(name) + " is on CUDA device " + std::to_string(t.device) +
-                                        " but " + first + " is on CUDA device " + std::to_string(device) +
-                                        "; all tensors must be on one device");
+  XSTAGE_REQUIRE(t.device == device, std::string(name) + " is on CUDA device " + std::to_string(t.device) +
+                                         " but " + first + " is on CUDA device " + std::to_string(device) +
+                                         "; all tensors must be on one device");
 }
 
 int64_t effective_stride(const xstage_tensor& t, int dim) {
@@ -109,15 +111,14 @@ int64_t element_count(const xstage_tensor& t) {
 void require_shape(const xstage_tensor& t, const char* name, std::initializer_list<int64_t> dims, const char* layout) {
   bool same = t.ndim == static_cast<int32_t>(dims.size());
   int i = 0;
+  for (int64_t d : dims) same = same && t.shape[i++] == d;
+  if (same) return;
   std::ostringstream want;
   want << "[";
-  for (int64_t d : dims) {
-    if (same && t.shape[i] != d) same = false;
-    want << (i ? ", " : "") << d;
-    ++i;
-  }
+  i = 0;
+  for (int64_t d : dims) want << (i++ ? ", " : "") << d;
   want << "]";
-  require_input(same, std::string(name) + " has shape " + shape_string(t) + "; it must be " + layout + " = " + want.str());
+  throw InputError(std::string(name) + " has shape " + shape_string(t) + "; it must be " + layout + " = " + want.str());
 }
 
 void require_contiguous(const xstage_tensor& t, const char* name) {
@@ -136,9 +137,9 @@ void require_contiguous(const xstage_tensor& t, const char* name) {
 
 void require_aligned(const xstage_tensor& t, const char* name, int bytes) {
   if (element_count(t) == 0) return;
-  require_input(t.data != nullptr, std::string(name) + " has a NULL data pointer");
-  require_input(reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(bytes) == 0,
-                std::string(name) + "'s data pointer is not " + std::to_string(bytes) + "-byte aligned");
+  XSTAGE_REQUIRE(t.data != nullptr, std::string(name) + " has a NULL data pointer");
+  XSTAGE_REQUIRE(reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(bytes) == 0,
+                 std::string(name) + "'s data pointer is not " + std::to_string(bytes) + "-byte aligned");
 }
 
 void require_disjoint(const xstage_tensor& a, const char* a_name, const xstage_tensor& b, const char* b_name) {
@@ -146,20 +147,34 @@ void require_disjoint(const xstage_tensor& a, const char* a_name, const xstage_t
   const auto hi_a = lo_a + static_cast<std::uintptr_t>(element_count(a) * element_bytes(a.dtype));
   const auto hi_b = lo_b + static_cast<std::uintptr_t>(element_count(b) * element_bytes(b.dtype));
   if (lo_a == hi_a || lo_b == hi_b) return;
-  require_input(hi_a <= lo_b || hi_b <= lo_a, std::string(a_name) + " and " + b_name + " overlap in memory");
+  XSTAGE_REQUIRE(hi_a <= lo_b || hi_b <= lo_a, std::string(a_name) + " and " + b_name + " overlap in memory");
 }
 
+namespace {
+
+// Devices already found to exist and to be sm_90 (bit d: device d < 64): what never changes in a process is
+// asked of CUDA once, not on every call.
+std::atomic<uint64_t> g_supported_devices{0};
+
+bool known_supported(int32_t device) {
+  return device >= 0 && device < 64 && (g_supported_devices.load(std::memory_order_acquire) >> device & 1) != 0;
+}
+
+}  // namespace
+
 DeviceGuard::DeviceGuard(int32_t device) : device_(device) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw PlatformError("CUDA is not usable on this machine (cudaGetDeviceCount: " + cuda_error_text(e) +
-                        "): no NVIDIA driver or no GPU");
-  }
-  if (device < 0 || device >= count) {
-    throw PlatformError("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
-                        " visible)");
+  if (!known_supported(device)) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw PlatformError("CUDA is not usable on this machine (cudaGetDeviceCount: " + cuda_error_text(e) +
+                          "): no NVIDIA driver or no GPU");
+    }
+    if (device < 0 || device >= count) {
+      throw PlatformError("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                          " visible)");
+    }
   }
   cudaError_t g = cudaGetDevice(&previous_);
   if (g != cudaSuccess) {
@@ -181,6 +196,7 @@ DeviceGuard::~DeviceGuard() {
 }
 
 void require_supported_device(int32_t device) {
+  if (known_supported(device)) return;
   DeviceGuard guard(device);
   int major = 0, minor = 0;
   cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -195,6 +211,7 @@ void require_supported_device(int32_t device) {
     throw PlatformError("CUDA device " + std::to_string(device) + " (" + name + ") is sm_" + std::to_string(major) +
                         std::to_string(minor) + "; xstage's kernels are built for sm_90a (Hopper: H100, H200, GH200)");
   }
+  if (device < 64) g_supported_devices.fetch_or(uint64_t(1) << device, std::memory_order_acq_rel);
 }
 
 void require_device_pointer(const void* ptr, const char* name, int32_t device) {
@@ -207,8 +224,8 @@ void require_device_pointer(const void* ptr, const char* name, int32_t device) {
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
     throw InputError(std::string(name) + " points to host memory, not CUDA device memory");
   }
-  require_input(attr.device == device, std::string(name) + " is said to be on CUDA device " + std::to_string(device) +
-                                           " but its memory is on device " + std::to_string(attr.device));
+  XSTAGE_REQUIRE(attr.device == device, std::string(name) + " is said to be on CUDA device " + std::to_string(device) +
+                                            " but its memory is on device " + std::to_string(attr.device));
 }
 
 void require_stream_on_device(void* stream, int32_t device) {
@@ -223,8 +240,8 @@ void require_stream_on_device(void* stream, int32_t device) {
     (void)cudaGetLastError();
     throw InputError("cannot query the stream's device (" + cuda_error_text(e) + "): not a valid CUDA stream?");
   }
-  require_input(stream_device == device, "the stream belongs to CUDA device " + std::to_string(stream_device) +
-                                             " but the tensors are on CUDA device " + std::to_string(device));
+  XSTAGE_REQUIRE(stream_device == device, "the stream belongs to CUDA device " + std::to_string(stream_device) +
+                                              " but the tensors are on CUDA device " + std::to_string(device));
 }
 
 }  // namespace xstage::capi

@@ -328,8 +328,8 @@ struct BenchOptions {
 
 void run_bench(const BenchOptions& opt) {
   require_gpu();
-  require_input(opt.batch >= 1 && opt.reps >= 1, "--batch and --reps must be >= 1");
-  for (int d : opt.head_dims) require_input(d == 64 || d == 128, "--head-dims takes 64 and/or 128");
+  XSTAGE_REQUIRE(opt.batch >= 1 && opt.reps >= 1, "--batch and --reps must be >= 1");
+  for (int d : opt.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims takes 64 and/or 128");
   nlohmann::json points = nlohmann::json::array();
   std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.reps);
   std::printf("%5s %6s %7s %12s %10s  %s\n", "d", "heads", "M", "time_ms", "TFLOP/s", "tile");

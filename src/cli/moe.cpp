@@ -103,12 +103,12 @@ std::vector<std::string> impl_list(const std::string& s) {
   std::stringstream ss(s);
   for (std::string part; std::getline(ss, part, ',');) {
     if (part.empty()) continue;
-    require_input(std::find(kImplNames.begin(), kImplNames.end(), part) != kImplNames.end(),
-                  "--impl: unknown implementation '" + part + "' (choose from unfused-loop, unfused-grouped, megamoe-wave, "
-                  "megamoe-wave-pipelined, megamoe-interleaved, megamoe-auto)");
+    XSTAGE_REQUIRE(std::find(kImplNames.begin(), kImplNames.end(), part) != kImplNames.end(),
+                   "--impl: unknown implementation '" + part + "' (choose from unfused-loop, unfused-grouped, megamoe-wave, "
+                   "megamoe-wave-pipelined, megamoe-interleaved, megamoe-auto)");
     out.push_back(part);
   }
-  require_input(!out.empty(), "--impl: name at least one implementation");
+  XSTAGE_REQUIRE(!out.empty(), "--impl: name at least one implementation");
   return out;
 }
 
@@ -120,11 +120,11 @@ std::vector<moe::DType> dtype_list(const std::string& s) {
   std::stringstream ss(s);
   for (std::string part; std::getline(ss, part, ',');) {
     if (part.empty()) continue;
-    require_input(part == "bf16" || part == "fp8", "--dtype: unknown dtype '" + part + "' (choose from bf16, fp8)");
+    XSTAGE_REQUIRE(part == "bf16" || part == "fp8", "--dtype: unknown dtype '" + part + "' (choose from bf16, fp8)");
     const moe::DType t = part == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3;
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   }
-  require_input(!out.empty(), "--dtype: name at least one dtype (bf16, fp8)");
+  XSTAGE_REQUIRE(!out.empty(), "--dtype: name at least one dtype (bf16, fp8)");
   return out;
 }
 
@@ -451,13 +451,13 @@ std::vector<BenchConfig> read_grid(const std::string& path) {
     const double zipf = doc.value("skewed_zipf_s", 1.2);
     std::vector<moe::DType> dtypes;
     for (const std::string d : doc.at("dtypes")) {
-      require_input(d == "bf16" || d == "fp8", path + ": dtypes must be \"bf16\" or \"fp8\", got \"" + d + "\"");
+      XSTAGE_REQUIRE(d == "bf16" || d == "fp8", path + ": dtypes must be \"bf16\" or \"fp8\", got \"" + d + "\"");
       dtypes.push_back(d == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3);
     }
-    require_input(!dtypes.empty(), path + ": dtypes must name at least one of \"bf16\", \"fp8\"");
+    XSTAGE_REQUIRE(!dtypes.empty(), path + ": dtypes must name at least one of \"bf16\", \"fp8\"");
     auto add = [&](const nlohmann::json& s, int T, const std::string& routing, const std::string& prefix) {
-      require_input(routing == "balanced" || routing == "skewed",
-                    path + ": routing must be \"balanced\" or \"skewed\", got \"" + routing + "\"");
+      XSTAGE_REQUIRE(routing == "balanced" || routing == "skewed",
+                     path + ": routing must be \"balanced\" or \"skewed\", got \"" + routing + "\"");
       for (const moe::DType dtype : dtypes) {
         BenchConfig c{"", s.at("h").get<int>(), s.at("h_inter").get<int>(), s.at("E").get<int>(), s.at("k").get<int>(), T,
                       routing == "balanced" ? -1.0 : zipf, dtype};
@@ -656,21 +656,21 @@ void validate_args(const MoeArgs& args, bool check) {
   if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
   impl_list(args.impl);
   dtype_list(args.dtypes);
-  require_input(args.D_rows >= 0, "--lead must be at least 1 (or 0: the default), got " + std::to_string(args.D_rows));
-  require_input(args.wave_experts >= 0, "--wave must be at least 1 (or 0: the default), got " + std::to_string(args.wave_experts));
-  require_input(args.device_timeout_s > 0 && std::isfinite(args.device_timeout_s),
-                "--device-timeout-s must be a positive number of seconds");
+  XSTAGE_REQUIRE(args.D_rows >= 0, "--lead must be at least 1 (or 0: the default), got " + std::to_string(args.D_rows));
+  XSTAGE_REQUIRE(args.wave_experts >= 0, "--wave must be at least 1 (or 0: the default), got " + std::to_string(args.wave_experts));
+  XSTAGE_REQUIRE(args.device_timeout_s > 0 && std::isfinite(args.device_timeout_s),
+                 "--device-timeout-s must be a positive number of seconds");
   if (!check) {
-    require_input(args.trials >= 1, "moe bench: --trials must be at least 1");
-    require_input(args.trial_gap_ms >= 0 && args.trial_gap_ms <= 10000, "moe bench: --trial-gap-ms must be in [0, 10000]");
+    XSTAGE_REQUIRE(args.trials >= 1, "moe bench: --trials must be at least 1");
+    XSTAGE_REQUIRE(args.trial_gap_ms >= 0 && args.trial_gap_ms <= 10000, "moe bench: --trial-gap-ms must be in [0, 10000]");
     const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
     const auto grid = read_grid(config);
-    require_input(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
-                  "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "' with --dtype '" +
-                      args.dtypes + "'");
+    XSTAGE_REQUIRE(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
+                   "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "' with --dtype '" +
+                       args.dtypes + "'");
   } else {
-    require_input(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases); }),
-                  "moe check: no case matches --cases '" + args.cases + "'");
+    XSTAGE_REQUIRE(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases); }),
+                   "moe check: no case matches --cases '" + args.cases + "'");
   }
 }
 

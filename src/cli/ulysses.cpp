@@ -72,10 +72,10 @@ struct UlyssesArgs {
 std::vector<A2AStorePath> store_path_list(const std::vector<std::string>& names) {
   std::vector<A2AStorePath> out;
   for (const std::string& n : names) {
-    require_input(n == "tma" || n == "st_global", "--store-path: unknown store path '" + n + "' (choose from tma, st_global)");
+    XSTAGE_REQUIRE(n == "tma" || n == "st_global", "--store-path: unknown store path '" + n + "' (choose from tma, st_global)");
     out.push_back(n == "tma" ? A2AStorePath::tma : A2AStorePath::st_global);
   }
-  require_input(!out.empty(), "--store-path: name at least one store path (tma, st_global)");
+  XSTAGE_REQUIRE(!out.empty(), "--store-path: name at least one store path (tma, st_global)");
   return out;
 }
 
@@ -452,19 +452,19 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
 }
 
 void validate_args(const UlyssesArgs& a, bool check) {
-  require_input(a.gpus >= 0, "--gpus must be at least 1");
-  require_input(a.virtual_ranks >= 0 && a.virtual_ranks <= attention::kMaxUlyssesRanks,
-                "--virtual-ranks must be 1 to " + std::to_string(attention::kMaxUlyssesRanks));
-  require_input(a.launches >= 1, "--launches must be at least 1");
-  require_input(a.trials >= 1 && a.replays >= 1, "--trials and --replays must be at least 1");
-  require_input(a.device_timeout_s > 0 && std::isfinite(a.device_timeout_s), "--device-timeout-s must be a positive number of seconds");
+  XSTAGE_REQUIRE(a.gpus >= 0, "--gpus must be at least 1");
+  XSTAGE_REQUIRE(a.virtual_ranks >= 0 && a.virtual_ranks <= attention::kMaxUlyssesRanks,
+                 "--virtual-ranks must be 1 to " + std::to_string(attention::kMaxUlyssesRanks));
+  XSTAGE_REQUIRE(a.launches >= 1, "--launches must be at least 1");
+  XSTAGE_REQUIRE(a.trials >= 1 && a.replays >= 1, "--trials and --replays must be at least 1");
+  XSTAGE_REQUIRE(a.device_timeout_s > 0 && std::isfinite(a.device_timeout_s), "--device-timeout-s must be a positive number of seconds");
   store_path_list(a.store_paths);
   if (!check) {
-    require_input(!a.seqlens.empty() && !a.heads_per_rank.empty() && !a.head_dims.empty(), "--seqlens, --heads and --head-dims need values");
-    for (int d : a.head_dims) require_input(d == 64 || d == 128, "--head-dims: 64 or 128, got " + std::to_string(d));
-    for (int h : a.heads_per_rank) require_input(h >= 1, "--heads: heads per rank must be >= 1");
-    for (int m : a.seqlens) require_input(m >= 1, "--seqlens: M must be >= 1");
-    require_input(a.batch >= 1, "--batch must be >= 1");
+    XSTAGE_REQUIRE(!a.seqlens.empty() && !a.heads_per_rank.empty() && !a.head_dims.empty(), "--seqlens, --heads and --head-dims need values");
+    for (int d : a.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: 64 or 128, got " + std::to_string(d));
+    for (int h : a.heads_per_rank) XSTAGE_REQUIRE(h >= 1, "--heads: heads per rank must be >= 1");
+    for (int m : a.seqlens) XSTAGE_REQUIRE(m >= 1, "--seqlens: M must be >= 1");
+    XSTAGE_REQUIRE(a.batch >= 1, "--batch must be >= 1");
   }
 }
 

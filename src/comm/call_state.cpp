@@ -10,7 +10,7 @@
 namespace xstage::comm {
 
 CallState::CallState(int rank, double timeout_s) : timeout_s_(timeout_s), rank_(rank) {
-  require_input(timeout_s > 0 && std::isfinite(timeout_s), "the device timeout must be a positive number of seconds");
+  XSTAGE_REQUIRE(timeout_s > 0 && std::isfinite(timeout_s), "the device timeout must be a positive number of seconds");
   XSTAGE_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(DeviceStatus), cudaHostAllocMapped));
   *status_ = DeviceStatus{};
   XSTAGE_CUDA_CHECK(cudaMalloc(&words_, 3 * sizeof(std::uint32_t)));

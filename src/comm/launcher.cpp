@@ -79,7 +79,7 @@ std::optional<RankEnv> rank_env_from_environment() {
 }
 
 int run_local_ranks(int gpus, int grace_seconds) {
-  require_input(gpus >= 1, "--gpus must be at least 1 (got " + std::to_string(gpus) + ")");
+  XSTAGE_REQUIRE(gpus >= 1, "--gpus must be at least 1 (got " + std::to_string(gpus) + ")");
   const std::vector<std::string> args = own_argv();
   if (args.empty()) throw Error("cannot read /proc/self/cmdline to start the ranks");
   const std::string port = std::to_string(pick_free_port());

@@ -53,8 +53,8 @@ Runtime::Runtime(const RankEnv& env) : env_(env) {
 }
 
 Runtime::Runtime(const ncclUniqueId& id, int rank, int world_size, int device) {
-  require_input(world_size >= 1 && rank >= 0 && rank < world_size,
-                "rank " + std::to_string(rank) + " of a job of " + std::to_string(world_size) + " ranks does not exist");
+  XSTAGE_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size,
+                 "rank " + std::to_string(rank) + " of a job of " + std::to_string(world_size) + " ranks does not exist");
   const int count = visible_gpu_count();
   if (device < 0 || device >= count)
     throw PlatformError("rank " + std::to_string(rank) + " wants GPU " + std::to_string(device) + " but only " +

@@ -4,10 +4,6 @@
 
 namespace xstage {
 
-void require_input(bool condition, const std::string& message) {
-  if (!condition) throw InputError(message);
-}
-
 void require_positive(double x, const std::string& name) {
   if (!std::isfinite(x) || x <= 0.0)
     throw InputError(name + " must be a positive finite number (got " + std::to_string(x) + ")");

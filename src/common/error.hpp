@@ -39,8 +39,12 @@ class ExitStatus : public std::exception {
   int code_;
 };
 
-// Throws InputError(message) unless `condition` holds.
-void require_input(bool condition, const std::string& message);
+// Throws InputError(message) unless `condition` holds. `message` (any expression a std::string can be made
+// from) is evaluated only when the condition fails, so that checks on per-call paths build no strings.
+#define XSTAGE_REQUIRE(condition, message)                   \
+  do {                                                       \
+    if (!(condition)) throw ::xstage::InputError(message);   \
+  } while (0)
 
 // Throws InputError naming `name` unless `x` is finite and > 0.
 void require_positive(double x, const std::string& name);

@@ -18,20 +18,20 @@ namespace xstage::moe {
 FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const FusedMoeOptions& opt)
     : pr_(pr), rt_(rt), opt_(opt), state_(rt.rank(), opt.timeout_s) {
   validate(pr_);
-  require_input(pr_.b_m == 128 && (pr_.b_n == 128 || pr_.b_n == 256),
-                "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + std::to_string(pr_.b_m) + " x " + std::to_string(pr_.b_n) + ")");
-  require_input(pr_.dtype == DType::bf16 || pr_.b_n == 256,
-                "MegaMoE fp8: needs 128 x 256 tiles, so that each Linear-1 tile owns whole 128-column activation scale blocks "
-                "(h % 256 == 0 and 2·h_inter % 256 == 0; got h = " + std::to_string(pr_.h_hidden) + ", h_inter = " +
-                    std::to_string(pr_.h_inter) + ", b_n = " + std::to_string(pr_.b_n) + ")");
-  require_input(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + std::to_string(pr_.P_ranks) + " ranks but the job has " +
-                                                    std::to_string(rt.world_size()));
-  require_input(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + std::to_string(kMaxEpRanks) + " expert-parallel ranks (got " + std::to_string(pr_.P_ranks) + ")");
-  require_input(pr_.P_ranks <= rt.lsa_size(), "MegaMoE: every rank must reach every other by NVLink loads/stores (LSA team of " +
-                                                  std::to_string(rt.lsa_size()) + " < " + std::to_string(pr_.P_ranks) + " ranks)");
-  require_input(pr_.E_local() <= kMegaMoeMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= kMegaMoeMaxCounts,
-                "MegaMoE: too many local experts (" + std::to_string(pr_.E_local()) + ") for the kernel's shared-memory tables");
-  require_input(opt_.wave_lag >= 0, "MegaMoE: the expert-wave L2 lag must be >= 0 waves (got " + std::to_string(opt_.wave_lag) + ")");
+  XSTAGE_REQUIRE(pr_.b_m == 128 && (pr_.b_n == 128 || pr_.b_n == 256),
+                 "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (got " + std::to_string(pr_.b_m) + " x " + std::to_string(pr_.b_n) + ")");
+  XSTAGE_REQUIRE(pr_.dtype == DType::bf16 || pr_.b_n == 256,
+                 "MegaMoE fp8: needs 128 x 256 tiles, so that each Linear-1 tile owns whole 128-column activation scale blocks "
+                 "(h % 256 == 0 and 2·h_inter % 256 == 0; got h = " + std::to_string(pr_.h_hidden) + ", h_inter = " +
+                     std::to_string(pr_.h_inter) + ", b_n = " + std::to_string(pr_.b_n) + ")");
+  XSTAGE_REQUIRE(pr_.P_ranks == rt.world_size(), "MegaMoE: the problem has P = " + std::to_string(pr_.P_ranks) + " ranks but the job has " +
+                                                     std::to_string(rt.world_size()));
+  XSTAGE_REQUIRE(pr_.P_ranks <= kMaxEpRanks, "MegaMoE: at most " + std::to_string(kMaxEpRanks) + " expert-parallel ranks (got " + std::to_string(pr_.P_ranks) + ")");
+  XSTAGE_REQUIRE(pr_.P_ranks <= rt.lsa_size(), "MegaMoE: every rank must reach every other by NVLink loads/stores (LSA team of " +
+                                                   std::to_string(rt.lsa_size()) + " < " + std::to_string(pr_.P_ranks) + " ranks)");
+  XSTAGE_REQUIRE(pr_.E_local() <= kMegaMoeMaxLocalExperts && pr_.P_ranks * pr_.E_local() <= kMegaMoeMaxCounts,
+                 "MegaMoE: too many local experts (" + std::to_string(pr_.E_local()) + ") for the kernel's shared-memory tables");
+  XSTAGE_REQUIRE(opt_.wave_lag >= 0, "MegaMoE: the expert-wave L2 lag must be >= 0 waves (got " + std::to_string(opt_.wave_lag) + ")");
 
   int device = 0, sms = 0;
   XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -48,11 +48,11 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   const bool half_l2 = pr_.h_hidden % pr_.b_n != 0;  // validate() allows this only as b_n = 256 with h an odd multiple of 128
   {
     const bool pairs = !half_l2 && grid_ % 2 == 0 && pr_.P1_l1_n_blocks() % 2 == 0 && pr_.P2_l2_n_blocks() % 2 == 0;
-    require_input(opt_.cluster_n >= 0 && opt_.cluster_n <= 2, "MegaMoE: --cluster is 1 or 2 CTAs (or 0: automatic), got " + std::to_string(opt_.cluster_n));
-    require_input(opt_.cluster_n != 2 || pairs,
-                  "MegaMoE: CTA pairs need an even number of Linear-1 and Linear-2 n-blocks (P1 = " + std::to_string(pr_.P1_l1_n_blocks()) +
-                      ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) + (half_l2 ? ", a half-full last block" : "") + ") and SMs (" +
-                      std::to_string(grid_) + ")");
+    XSTAGE_REQUIRE(opt_.cluster_n >= 0 && opt_.cluster_n <= 2, "MegaMoE: --cluster is 1 or 2 CTAs (or 0: automatic), got " + std::to_string(opt_.cluster_n));
+    XSTAGE_REQUIRE(opt_.cluster_n != 2 || pairs,
+                   "MegaMoE: CTA pairs need an even number of Linear-1 and Linear-2 n-blocks (P1 = " + std::to_string(pr_.P1_l1_n_blocks()) +
+                       ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) + (half_l2 ? ", a half-full last block" : "") + ") and SMs (" +
+                       std::to_string(grid_) + ")");
     // Automatic: pairs for the interleaved schedule only. Same-run A/B over the grid (results/h200x2/moe/
     // run24-pairs): pairs made the interleaved schedule 4-6% faster on the DeepSeek-V3-like shapes and
     // neutral elsewhere (geomean 0.995), but the waves 1-2% and the pipelined waves 2-12% slower: the two
@@ -62,13 +62,13 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
     // halves each CTA runs one 128-row half and the pair shares every weight k-block by multicast, on an
     // expert's last row with tokens in its first half only the pair shares A like the N-pairs. The ring stays
     // the plain buffer below (the kernel's counter targets rely on it).
-    require_input(opt_.cluster_m == 1 || opt_.cluster_m == 2, "MegaMoE: --cluster-m is 1 or 2 CTAs, got " + std::to_string(opt_.cluster_m));
+    XSTAGE_REQUIRE(opt_.cluster_m == 1 || opt_.cluster_m == 2, "MegaMoE: --cluster-m is 1 or 2 CTAs, got " + std::to_string(opt_.cluster_m));
     if (opt_.cluster_m == 2) {
-      require_input(opt_.cluster_n != 2, "MegaMoE: CTA pairs along N (--cluster 2) and along M (--cluster-m 2) do not combine");
-      require_input(pr_.b_n == 256 && pairs,
-                    "MegaMoE: M-pairs need 128 x 256 tiles, even Linear-1 and Linear-2 n-block counts (P1 = " +
-                        std::to_string(pr_.P1_l1_n_blocks()) + ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) +
-                        (half_l2 ? ", a half-full last block" : "") + ") and an even number of SMs");
+      XSTAGE_REQUIRE(opt_.cluster_n != 2, "MegaMoE: CTA pairs along N (--cluster 2) and along M (--cluster-m 2) do not combine");
+      XSTAGE_REQUIRE(pr_.b_n == 256 && pairs,
+                     "MegaMoE: M-pairs need 128 x 256 tiles, even Linear-1 and Linear-2 n-block counts (P1 = " +
+                         std::to_string(pr_.P1_l1_n_blocks()) + ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) +
+                         (half_l2 ? ", a half-full last block" : "") + ") and an even number of SMs");
       cluster_n_ = 1;
       cluster_m_ = 2;
       pr_.b_m = 2 * pr_.b_m;
@@ -78,7 +78,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
   // The schedule heuristics count scheduler rows and instances: with M-pairs, 256-row rows over grid / 2 clusters.
   D_rows_ = opt_.D_rows > 0 ? opt_.D_rows : static_cast<int>(interleave_lead_rows(pr_, grid_ / cluster_m_));
   wave_experts_ = opt_.wave_experts > 0 ? opt_.wave_experts : wave_size_experts(pr_, grid_ / cluster_m_);
-  require_input(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
+  XSTAGE_REQUIRE(wave_experts_ <= pr_.E_local(), "MegaMoE: wave size " + std::to_string(wave_experts_) + " exceeds the " + std::to_string(pr_.E_local()) + " local experts");
 
   const std::int64_t capacity = opt_.capacity_slack > 0 ? expected_capacity_rows(pr_, opt_.capacity_slack) : worst_case_capacity_rows(pr_);
   window_ = plan_window(pr_, capacity, static_cast<int>(capacity / pr_.b_m));  // ring = plain buffer: no slot reuse
@@ -129,11 +129,11 @@ void FusedMoeLayer::poll() const {
 }
 
 void FusedMoeLayer::enqueue(const MoeLayerViews& v, cudaStream_t stream) {
-  require_input(v.tokens >= 0 && v.tokens <= pr_.T_tokens,
-                "MegaMoE: " + std::to_string(v.tokens) + " tokens, the layer was built for at most T = " + std::to_string(pr_.T_tokens));
-  require_input((v.tokens == 0 || (v.tokens_bf16 && v.topk_ids && v.topk_weights && v.out_bf16)) && v.W1 && v.W2,
-                "MegaMoE: an operand is missing (null pointer)");
-  require_input(pr_.dtype == DType::bf16 || (v.W1_scales && v.W2_scales), "MegaMoE fp8: the weights come without their scales");
+  XSTAGE_REQUIRE(v.tokens >= 0 && v.tokens <= pr_.T_tokens,
+                 "MegaMoE: " + std::to_string(v.tokens) + " tokens, the layer was built for at most T = " + std::to_string(pr_.T_tokens));
+  XSTAGE_REQUIRE((v.tokens == 0 || (v.tokens_bf16 && v.topk_ids && v.topk_weights && v.out_bf16)) && v.W1 && v.W2,
+                 "MegaMoE: an operand is missing (null pointer)");
+  XSTAGE_REQUIRE(pr_.dtype == DType::bf16 || (v.W1_scales && v.W2_scales), "MegaMoE fp8: the weights come without their scales");
   if (const auto failure = state_.failure())
     throw PlatformError("MegaMoE: an earlier call of this layer failed (" + describe(*failure, state_.timeout_s()) +
                         "); construct a new layer on every rank");

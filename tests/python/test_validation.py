@@ -223,3 +223,31 @@ def test_c_library_accepts_valid_size_one_dimensions(c_library, shape, lse_strid
 def test_too_many_dimensions_for_the_abi():
     with pytest.raises(ValueError, match="tensors of 1 to 8 dimensions"):
         ct([1] * 9)
+
+
+def test_checked_signatures_tell_metadata_apart():
+    """The ops skip their Python checks for a signature that passed them before: the signature must change with
+    every piece of metadata the checks read (shape, strides, dtype, device) and with the other arguments."""
+    from xstage._tensors import CheckedSignatures
+
+    of = CheckedSignatures.of
+    q = torch.zeros(2, 64, 4, 64, dtype=BF16)
+    base = of((q, q, q), 0.125)
+    assert of((q.clone(), q, q), 0.125) == base  # other memory, same metadata
+    assert of((q.transpose(1, 2), q, q), 0.125) != base
+    assert of((q[:, :32], q, q), 0.125) != base
+    assert of((torch.zeros(2, 64, 4, 128, dtype=BF16)[..., :64], q, q), 0.125) != base  # same shape, other strides
+    assert of((q.float(), q, q), 0.125) != base
+    assert of((q.to("meta"), q, q), 0.125) != base
+    assert of((q, q, q), 0.25) != base
+    assert of((q, None), "g") != of((q, q), "g")
+    seen = CheckedSignatures()
+    seen.add(base)
+    assert seen.passed(base) and not seen.passed(of((q, q, q), 0.25))
+
+
+def test_a_failed_check_is_not_remembered():
+    q = torch.zeros(1, 64, 2, 64, dtype=BF16)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"q is a cpu tensor"):
+            xstage.flash_attention(q, q, q)

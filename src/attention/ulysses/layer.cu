@@ -64,13 +64,13 @@ const char* to_string(UlyssesPath path) { return path == UlyssesPath::serial ? "
 void validate(const UlyssesShape& s) {
   const std::string what = "Ulysses attention (batch " + std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H " +
                            std::to_string(s.heads) + ", d " + std::to_string(s.head_dim) + ", P " + std::to_string(s.ranks) + ")";
-  require_input(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks,
-                what + ": 1 to " + std::to_string(kMaxUlyssesRanks) + " ranks (one NVLink domain)");
-  require_input(s.batch >= 1 && s.seqlen >= 1 && s.heads >= 1, what + ": batch, M and H must be >= 1");
-  require_input(s.head_dim == 64 || s.head_dim == 128, what + ": head_dim must be 64 or 128");
-  require_input(s.heads % s.ranks == 0, what + ": H must be a multiple of P (each rank attends to H/P whole heads)");
-  require_input(s.seqlen % s.ranks == 0,
-                what + ": M must be a multiple of P (each rank holds M/P rows; pad the sequence to a multiple of P)");
+  XSTAGE_REQUIRE(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks,
+                 what + ": 1 to " + std::to_string(kMaxUlyssesRanks) + " ranks (one NVLink domain)");
+  XSTAGE_REQUIRE(s.batch >= 1 && s.seqlen >= 1 && s.heads >= 1, what + ": batch, M and H must be >= 1");
+  XSTAGE_REQUIRE(s.head_dim == 64 || s.head_dim == 128, what + ": head_dim must be 64 or 128");
+  XSTAGE_REQUIRE(s.heads % s.ranks == 0, what + ": H must be a multiple of P (each rank attends to H/P whole heads)");
+  XSTAGE_REQUIRE(s.seqlen % s.ranks == 0,
+                 what + ": M must be a multiple of P (each rank holds M/P rows; pad the sequence to a multiple of P)");
 }
 
 struct UlyssesAttention::Rank {
@@ -95,9 +95,9 @@ struct UlyssesAttention::Rank {
 UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, comm::Runtime& rt, const UlyssesOptions& options)
     : shape_(shape), opt_(options), rt_(&rt) {
   validate(shape_);
-  require_input(rt.world_size() == shape_.ranks, "Ulysses attention: the layer has P = " + std::to_string(shape_.ranks) +
-                                                     " ranks but the job has " + std::to_string(rt.world_size()));
-  require_input(rt.lsa_size() >= shape_.ranks, "Ulysses attention: every rank must reach every other by NVLink loads/stores");
+  XSTAGE_REQUIRE(rt.world_size() == shape_.ranks, "Ulysses attention: the layer has P = " + std::to_string(shape_.ranks) +
+                                                      " ranks but the job has " + std::to_string(rt.world_size()));
+  XSTAGE_REQUIRE(rt.lsa_size() >= shape_.ranks, "Ulysses attention: every rank must reach every other by NVLink loads/stores");
   allocate(&rt);
 }
 
@@ -175,8 +175,8 @@ void UlyssesAttention::exchange(const std::vector<const void*>& send, const std:
 }
 
 void UlyssesAttention::enqueue_pre_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  require_input(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                   std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
   const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
                      d = shape_.head_dim, P = shape_.ranks;
   const std::int64_t slice = Hp * d * 2, chunk = B * Ms * Hp * d * 2;  // bytes: one row's heads for one peer; one peer's share
@@ -186,7 +186,7 @@ void UlyssesAttention::enqueue_pre_all_to_all(const std::vector<UlyssesViews>& v
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const void* x = t == 0 ? views[i].q : t == 1 ? views[i].k : views[i].v;
-      require_input(x != nullptr, "Ulysses attention: Q, K and V must not be null");
+      XSTAGE_REQUIRE(x != nullptr, "Ulysses attention: Q, K and V must not be null");
       // split heads: [B·Ms][P][Hp·d] -> [P][B·Ms][Hp·d]
       strided_row_copy(x, r.send[t].get(), static_cast<int>(P), static_cast<int>(B * Ms), slice, H * d * 2, chunk, slice, slice, stream);
       send.push_back(r.send[t].get());
@@ -223,7 +223,7 @@ void UlyssesAttention::enqueue_attention_local(cudaStream_t stream) {
 }
 
 void UlyssesAttention::enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  require_input(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
   const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
                      d = shape_.head_dim, P = shape_.ranks;
   const std::int64_t slice = Hp * d * 2, chunk = B * Ms * Hp * d * 2;
@@ -238,7 +238,7 @@ void UlyssesAttention::enqueue_post_all_to_all(const std::vector<UlyssesViews>& 
   }
   exchange(send, recv, static_cast<std::size_t>(chunk), stream);
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    require_input(views[i].out != nullptr, "Ulysses attention: the output must not be null");
+    XSTAGE_REQUIRE(views[i].out != nullptr, "Ulysses attention: the output must not be null");
     // merge heads: [P][B·Ms][Hp·d] -> [B·Ms][P][Hp·d]
     strided_row_copy(ranks_[i]->o_recv.get(), views[i].out, static_cast<int>(P), static_cast<int>(B * Ms), chunk, slice, slice, H * d * 2,
                      slice, stream);
@@ -257,10 +257,10 @@ void UlyssesAttention::enqueue_attention_fused(cudaStream_t stream) {
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  require_input(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
   const std::int64_t half_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.shard_rows() * shape_.heads * shape_.head_dim * 2;
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    require_input(views[i].out != nullptr, "Ulysses attention: the output must not be null");
+    XSTAGE_REQUIRE(views[i].out != nullptr, "Ulysses attention: the output must not be null");
     launch_kernel(copy_out_kernel, kCopyBlocks, kCopyThreads, 0, stream, static_cast<const uint4*>(ranks_[i]->window),
                   static_cast<uint4*>(views[i].out), half_bytes / 16, ranks_[i]->state.epoch_view());
   }

@@ -36,9 +36,9 @@ AllToAllPlan build_alltoall_plan(const MoeProblem& pr, int rank, const std::vect
                                  const std::int32_t* ids) {
   validate(pr);
   const int P = pr.P_ranks, E = pr.E_experts, EL = pr.E_local(), k = pr.top_k;
-  require_input(rank >= 0 && rank < P, "alltoall plan: rank " + std::to_string(rank) + " outside [0, P)");
-  require_input(counts.size() == static_cast<std::size_t>(P) * E, "alltoall plan: the count matrix must be [P][E]");
-  require_input(tokens >= 0 && tokens <= pr.T_tokens, "alltoall plan: tokens must be in [0, T]");
+  XSTAGE_REQUIRE(rank >= 0 && rank < P, "alltoall plan: rank " + std::to_string(rank) + " outside [0, P)");
+  XSTAGE_REQUIRE(counts.size() == static_cast<std::size_t>(P) * E, "alltoall plan: the count matrix must be [P][E]");
+  XSTAGE_REQUIRE(tokens >= 0 && tokens <= pr.T_tokens, "alltoall plan: tokens must be in [0, T]");
   const std::vector<int> own = count_row(pr, tokens, ids);
   for (int e = 0; e < E; ++e)
     if (own[e] != counts[count_index(rank, e, E)])

@@ -8,13 +8,13 @@ namespace xstage::moe {
 
 Fp8ExpertRows pad_expert_rows(const AllToAllPlan& plan) {
   const int EL = static_cast<int>(plan.expert_rows.size());
-  require_input(plan.expert_first_row.size() == static_cast<std::size_t>(EL) + 1,
-                "fp8 expert rows: the plan needs E_local + 1 expert offsets");
+  XSTAGE_REQUIRE(plan.expert_first_row.size() == static_cast<std::size_t>(EL) + 1,
+                 "fp8 expert rows: the plan needs E_local + 1 expert offsets");
   Fp8ExpertRows out;
   out.first.assign(EL + 1, 0);
   for (int e = 0; e < EL; ++e) {
     const std::int64_t next = out.first[e] + (plan.expert_rows[e] + 3) / 4 * 4;
-    require_input(next <= INT32_MAX, "fp8 expert rows: more than 2^31 padded rows");
+    XSTAGE_REQUIRE(next <= INT32_MAX, "fp8 expert rows: more than 2^31 padded rows");
     out.first[e + 1] = static_cast<std::int32_t>(next);
   }
   out.padded_to_recv.assign(out.total(), -1);

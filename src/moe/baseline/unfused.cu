@@ -128,9 +128,9 @@ UnfusedMoeLayer::UnfusedMoeLayer(const MoeProblem& problem, int rank, ncclComm_t
     : pr_(problem), rank_(rank), comm_(comm), gemm_(gemm) {
   validate(pr_);
   const bool fp8 = pr_.dtype == DType::fp8_e4m3;
-  require_input(!fp8 || gemm_ == GemmPath::per_expert_loop,
-                "unfused-grouped: fp8 W8A8 runs only with the per-expert loop (unfused-loop): "
-                "cublasGemmGroupedBatchedEx has no block-scaled fp8");
+  XSTAGE_REQUIRE(!fp8 || gemm_ == GemmPath::per_expert_loop,
+                 "unfused-grouped: fp8 W8A8 runs only with the per-expert loop (unfused-loop): "
+                 "cublasGemmGroupedBatchedEx has no block-scaled fp8");
   const std::int64_t T = pr_.T_tokens, k = pr_.top_k, h = pr_.h_hidden, I = pr_.h_inter, E = pr_.E_experts;
   max_rows_ = max_rows_received(pr_);
   rows_cap_ = fp8 ? max_fp8_expert_rows(pr_) : max_rows_;
@@ -308,14 +308,14 @@ void UnfusedMoeLayer::fp8_gemm(const std::uint8_t* W, const float* W_scales, int
 }
 
 void UnfusedMoeLayer::enqueue(const MoeLayerViews& in, cudaStream_t stream) {
-  require_input(in.tokens >= 0 && in.tokens <= pr_.T_tokens,
-                "unfused MoE layer: " + std::to_string(in.tokens) + " tokens, built for at most T = " + std::to_string(pr_.T_tokens));
+  XSTAGE_REQUIRE(in.tokens >= 0 && in.tokens <= pr_.T_tokens,
+                 "unfused MoE layer: " + std::to_string(in.tokens) + " tokens, built for at most T = " + std::to_string(pr_.T_tokens));
   const bool fp8 = pr_.dtype == DType::fp8_e4m3;
   const int P = pr_.P_ranks, E = pr_.E_experts, EL = pr_.E_local(), k = pr_.top_k;
   const std::int64_t h = pr_.h_hidden, I = pr_.h_inter, pairs = static_cast<std::int64_t>(in.tokens) * k;
-  require_input(!fp8 || (in.W1_scales != nullptr && in.W2_scales != nullptr),
-                "unfused fp8 layer: the weights come without their scales (W1_scales/W2_scales, as make_layer_inputs makes them "
-                "for dtype fp8_e4m3)");
+  XSTAGE_REQUIRE(!fp8 || (in.W1_scales != nullptr && in.W2_scales != nullptr),
+                 "unfused fp8 layer: the weights come without their scales (W1_scales/W2_scales, as make_layer_inputs makes them "
+                 "for dtype fp8_e4m3)");
   const std::int32_t* ids = in.topk_ids;
 
   // (a) counts: histogram, all-gather, one copy to the host with the ids.

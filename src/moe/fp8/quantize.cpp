@@ -11,13 +11,13 @@ namespace {
 int round_up4(int v) { return (v + 3) / 4 * 4; }
 
 void require_block_multiple(int v, const char* what, const char* where) {
-  require_input(v > 0 && v % fp8::kBlock == 0, std::string(where) + ": " + what + " = " + std::to_string(v) +
-                                                   " must be a positive multiple of 128 (the fp8 scale block)");
+  XSTAGE_REQUIRE(v > 0 && v % fp8::kBlock == 0, std::string(where) + ": " + what + " = " + std::to_string(v) +
+                                                    " must be a positive multiple of 128 (the fp8 scale block)");
 }
 
 void require_finite(float v, const char* where, long long index) {
-  require_input(std::isfinite(v), std::string(where) + ": element " + std::to_string(index) +
-                                      " is not finite; an fp8 block with inf/NaN has no scale");
+  XSTAGE_REQUIRE(std::isfinite(v), std::string(where) + ": element " + std::to_string(index) +
+                                       " is not finite; an fp8 block with inf/NaN has no scale");
 }
 
 const float* decode_table() {
@@ -32,7 +32,7 @@ const float* decode_table() {
 }  // namespace
 
 Fp8Activations quantize_activations(const float* x, int rows, int cols) {
-  require_input(rows >= 0, "quantize_activations: rows must be >= 0");
+  XSTAGE_REQUIRE(rows >= 0, "quantize_activations: rows must be >= 0");
   require_block_multiple(cols, "cols", "quantize_activations");
   Fp8Activations a;
   a.rows = rows;
@@ -57,7 +57,7 @@ Fp8Activations quantize_activations(const float* x, int rows, int cols) {
 }
 
 Fp8Activations quantize_activations_bf16(const std::uint16_t* x_bf16, int rows, int cols) {
-  require_input(rows >= 0 && cols >= 0, "quantize_activations_bf16: negative shape");
+  XSTAGE_REQUIRE(rows >= 0 && cols >= 0, "quantize_activations_bf16: negative shape");
   std::vector<float> x(static_cast<std::size_t>(rows) * cols);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = fp8::bits_float(static_cast<std::uint32_t>(x_bf16[i]) << 16);
   return quantize_activations(x.data(), rows, cols);
@@ -109,8 +109,8 @@ std::vector<float> dequantize(const Fp8Weights& w) {
 }
 
 std::vector<double> fp8_block_gemm(const Fp8Activations& a, const Fp8Weights& w) {
-  require_input(a.cols == w.k, "fp8_block_gemm: activation cols " + std::to_string(a.cols) + " != weight K " +
-                                   std::to_string(w.k));
+  XSTAGE_REQUIRE(a.cols == w.k, "fp8_block_gemm: activation cols " + std::to_string(a.cols) + " != weight K " +
+                                    std::to_string(w.k));
   const float* lut = decode_table();
   std::vector<double> out(static_cast<std::size_t>(a.rows) * w.n, 0.0);
   std::vector<double> arow(a.cols);

@@ -93,30 +93,30 @@ void quantize_rows_fp8(const __nv_bfloat16* x, std::int64_t x_pitch, int rows, i
                        std::int64_t code_pitch, float* scales, std::int64_t scale_row_stride,
                        std::int64_t scale_block_stride, cudaStream_t stream) {
   const std::string where = "quantize_rows_fp8: ";
-  require_input(rows >= 0, where + "rows = " + std::to_string(rows) + " must be >= 0");
-  require_input(cols > 0 && cols % fp8::kBlock == 0,
-                where + "cols = " + std::to_string(cols) + " must be a positive multiple of 128 (the fp8 scale block)");
-  require_input(x_pitch >= cols && x_pitch % 4 == 0 && aligned(x, 8),
-                where + "x must be 8-byte aligned with a pitch >= cols that is a multiple of 4 elements (got pitch " +
-                    std::to_string(x_pitch) + ")");
-  require_input(code_pitch >= cols && code_pitch % 4 == 0 && aligned(codes, 4),
-                where + "codes must be 4-byte aligned with a pitch >= cols that is a multiple of 4 bytes (got pitch " +
-                    std::to_string(code_pitch) + ")");
+  XSTAGE_REQUIRE(rows >= 0, where + "rows = " + std::to_string(rows) + " must be >= 0");
+  XSTAGE_REQUIRE(cols > 0 && cols % fp8::kBlock == 0,
+                 where + "cols = " + std::to_string(cols) + " must be a positive multiple of 128 (the fp8 scale block)");
+  XSTAGE_REQUIRE(x_pitch >= cols && x_pitch % 4 == 0 && aligned(x, 8),
+                 where + "x must be 8-byte aligned with a pitch >= cols that is a multiple of 4 elements (got pitch " +
+                     std::to_string(x_pitch) + ")");
+  XSTAGE_REQUIRE(code_pitch >= cols && code_pitch % 4 == 0 && aligned(codes, 4),
+                 where + "codes must be 4-byte aligned with a pitch >= cols that is a multiple of 4 bytes (got pitch " +
+                     std::to_string(code_pitch) + ")");
   if (rows == 0) return;
   const int k_blocks = cols / fp8::kBlock;
   const std::int64_t blocks_total = static_cast<std::int64_t>(rows) * k_blocks;
   const std::int64_t grid = (blocks_total + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  require_input(grid <= 0x7FFFFFFF, where + std::to_string(rows) + " rows x " + std::to_string(cols) + " columns is too many");
+  XSTAGE_REQUIRE(grid <= 0x7FFFFFFF, where + std::to_string(rows) + " rows x " + std::to_string(cols) + " columns is too many");
   launch_kernel(quantize_rows_kernel, static_cast<unsigned>(grid), kWarpsPerBlock * 32, 0, stream, x, x_pitch, blocks_total, k_blocks, codes, code_pitch, scales, scale_row_stride, scale_block_stride);
 }
 
 void quantize_weights_fp8(const __nv_bfloat16* w, int n, int k, std::uint8_t* codes, float* scales, cudaStream_t stream) {
   const std::string where = "quantize_weights_fp8: ";
-  require_input(n > 0 && n % fp8::kBlock == 0 && k > 0 && k % fp8::kBlock == 0,
-                where + "n = " + std::to_string(n) + " and k = " + std::to_string(k) +
-                    " must be positive multiples of 128 (the fp8 scale block)");
-  require_input(k / fp8::kBlock <= 65535, where + "k = " + std::to_string(k) + " has more than 65535 blocks");
-  require_input(aligned(w, 16) && aligned(codes, 8), where + "w must be 16-byte and codes 8-byte aligned");
+  XSTAGE_REQUIRE(n > 0 && n % fp8::kBlock == 0 && k > 0 && k % fp8::kBlock == 0,
+                 where + "n = " + std::to_string(n) + " and k = " + std::to_string(k) +
+                     " must be positive multiples of 128 (the fp8 scale block)");
+  XSTAGE_REQUIRE(k / fp8::kBlock <= 65535, where + "k = " + std::to_string(k) + " has more than 65535 blocks");
+  XSTAGE_REQUIRE(aligned(w, 16) && aligned(codes, 8), where + "w must be 16-byte and codes 8-byte aligned");
   const int scale_pitch = (k / fp8::kBlock + 3) / 4 * 4;
   launch_kernel(quantize_weights_kernel, dim3(n / fp8::kBlock, k / fp8::kBlock), kWeightThreads, 0, stream, w, k, scale_pitch, codes,
                                                                                                  scales);

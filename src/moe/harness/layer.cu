@@ -72,7 +72,7 @@ void fill_weights(const MoeProblem& pr, int rank, std::uint64_t seed, DeviceBuff
 
 LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& data, cudaStream_t stream) {
   validate(pr);
-  require_input(static_cast<int>(data.topk.size()) == pr.P_ranks, "layer inputs: routing for every rank is needed");
+  XSTAGE_REQUIRE(static_cast<int>(data.topk.size()) == pr.P_ranks, "layer inputs: routing for every rank is needed");
   const RankTopK& tk = data.topk[rank];
   const std::int64_t T = pr.T_tokens, h = pr.h_hidden, I = pr.h_inter, k = pr.top_k, EL = pr.E_local();
   LayerInputs in;

@@ -26,18 +26,18 @@ MegaMoeConfigId megamoe_config_id(DType dtype, int b_n, bool half_l2, int cluste
   const std::string what = std::string(dtype == DType::fp8_e4m3 ? "fp8" : "bf16") + " b_n = " + std::to_string(b_n) +
                            (half_l2 ? ", half-full last Linear-2 block" : "") + ", clusters " + std::to_string(cluster_n) + " x " +
                            std::to_string(cluster_m);
-  require_input(cluster_n >= 1 && cluster_m >= 1 && cluster_n * cluster_m <= 2,
-                "MegaMoE: CTA pairs along N or along M, not both (" + what + ")");
-  require_input(!half_l2 || cluster_n * cluster_m == 1, "MegaMoE: a half-full Linear-2 block has no partner (" + what + ")");
+  XSTAGE_REQUIRE(cluster_n >= 1 && cluster_m >= 1 && cluster_n * cluster_m <= 2,
+                 "MegaMoE: CTA pairs along N or along M, not both (" + what + ")");
+  XSTAGE_REQUIRE(!half_l2 || cluster_n * cluster_m == 1, "MegaMoE: a half-full Linear-2 block has no partner (" + what + ")");
   if (dtype == DType::fp8_e4m3) {
-    require_input(b_n == 256, "MegaMoE fp8: needs 128 x 256 tiles (" + what + ")");
+    XSTAGE_REQUIRE(b_n == 256, "MegaMoE fp8: needs 128 x 256 tiles (" + what + ")");
     if (cluster_m == 2) return MegaMoeConfigId::fp8_n256_mpairs;
     if (cluster_n == 2) return MegaMoeConfigId::fp8_n256_pairs;
     return half_l2 ? MegaMoeConfigId::fp8_n256_half : MegaMoeConfigId::fp8_n256;
   }
-  require_input(b_n == 128 || b_n == 256, "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (" + what + ")");
+  XSTAGE_REQUIRE(b_n == 128 || b_n == 256, "MegaMoE: the fused kernel uses 128 x 128 or 128 x 256 tiles (" + what + ")");
   if (b_n == 128) {
-    require_input(!half_l2 && cluster_m == 1, "MegaMoE: 128 x 128 tiles have no half blocks or M-pairs (" + what + ")");
+    XSTAGE_REQUIRE(!half_l2 && cluster_m == 1, "MegaMoE: 128 x 128 tiles have no half blocks or M-pairs (" + what + ")");
     return cluster_n == 2 ? MegaMoeConfigId::bf16_n128_pairs : MegaMoeConfigId::bf16_n128;
   }
   if (cluster_m == 2) return MegaMoeConfigId::bf16_n256_mpairs;

@@ -79,7 +79,7 @@ MegaMoeParams<C> make_params(const MegaMoeLaunch& l) {
   }
   if constexpr (C::kFp8) {
     // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
-    require_input(l.W1_scales != nullptr && l.W2_scales != nullptr, "MegaMoE fp8: the weights come without their scales");
+    XSTAGE_REQUIRE(l.W1_scales != nullptr && l.W2_scales != nullptr, "MegaMoE fp8: the weights come without their scales");
     prm.w1_scales = l.W1_scales;
     prm.w2_scales = l.W2_scales;
     prm.w1_scale_pitch = static_cast<int>(round_up(h / kScaleBlock, 4));

@@ -20,7 +20,7 @@ std::int64_t worst_case_capacity_rows(const MoeProblem& pr) {
 
 std::int64_t expected_capacity_rows(const MoeProblem& pr, double slack) {
   validate(pr);
-  require_input(std::isfinite(slack) && slack >= 1.0, "dispatch capacity: slack must be >= 1");
+  XSTAGE_REQUIRE(std::isfinite(slack) && slack >= 1.0, "dispatch capacity: slack must be >= 1");
   const double balanced = static_cast<double>(pr.T_tokens) * pr.top_k;
   const std::int64_t rows = static_cast<std::int64_t>(std::ceil(balanced * slack)) +
                             static_cast<std::int64_t>(pr.E_local()) * (pr.b_m - 1);
@@ -29,10 +29,10 @@ std::int64_t expected_capacity_rows(const MoeProblem& pr, double slack) {
 
 SymmetricWindow plan_window(const MoeProblem& pr, std::int64_t capacity_rows, int ring_slots) {
   validate(pr);
-  require_input(capacity_rows > 0 && capacity_rows % pr.b_m == 0,
-                "dispatch capacity: " + s(capacity_rows) + " rows must be a positive multiple of b_m = " + s(pr.b_m));
-  require_input(capacity_rows / pr.b_m <= (1LL << 30), "dispatch capacity: too many rows (" + s(capacity_rows) + ")");
-  require_input(ring_slots >= 1, "intermediate ring: needs at least one slot (got " + s(ring_slots) + ")");
+  XSTAGE_REQUIRE(capacity_rows > 0 && capacity_rows % pr.b_m == 0,
+                 "dispatch capacity: " + s(capacity_rows) + " rows must be a positive multiple of b_m = " + s(pr.b_m));
+  XSTAGE_REQUIRE(capacity_rows / pr.b_m <= (1LL << 30), "dispatch capacity: too many rows (" + s(capacity_rows) + ")");
+  XSTAGE_REQUIRE(ring_slots >= 1, "intermediate ring: needs at least one slot (got " + s(ring_slots) + ")");
   return window_layout(pr, capacity_rows, ring_slots);
 }
 

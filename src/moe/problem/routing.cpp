@@ -47,8 +47,8 @@ int Routing::valid_rows(int owner, int p) const {
 Routing build_routing(const MoeProblem& pr, const std::vector<RankTopK>& topk) {
   validate(pr);
   const int P = pr.P_ranks, E = pr.E_experts, k = pr.top_k, EL = pr.E_local();
-  require_input(static_cast<int>(topk.size()) == P,
-                "routing: got top-k ids for " + s(static_cast<long long>(topk.size())) + " ranks, the problem has P = " + s(P));
+  XSTAGE_REQUIRE(static_cast<int>(topk.size()) == P,
+                 "routing: got top-k ids for " + s(static_cast<long long>(topk.size())) + " ranks, the problem has P = " + s(P));
   Routing r;
   r.problem = pr;
   r.tokens.resize(P);
@@ -56,20 +56,20 @@ Routing build_routing(const MoeProblem& pr, const std::vector<RankTopK>& topk) {
   r.expert_rows.assign(E, 0);
   for (int src = 0; src < P; ++src) {
     const RankTopK& in = topk[src];
-    require_input(in.tokens >= 0 && in.tokens <= pr.T_tokens,
-                  "routing: rank " + s(src) + " has " + s(in.tokens) + " tokens, buffers hold T = " + s(pr.T_tokens));
-    require_input(in.ids.size() == static_cast<std::size_t>(in.tokens) * k,
-                  "routing: rank " + s(src) + " needs " + s(static_cast<long long>(in.tokens) * k) +
-                      " top-k ids ([tokens][k]), got " + s(static_cast<long long>(in.ids.size())));
+    XSTAGE_REQUIRE(in.tokens >= 0 && in.tokens <= pr.T_tokens,
+                   "routing: rank " + s(src) + " has " + s(in.tokens) + " tokens, buffers hold T = " + s(pr.T_tokens));
+    XSTAGE_REQUIRE(in.ids.size() == static_cast<std::size_t>(in.tokens) * k,
+                   "routing: rank " + s(src) + " needs " + s(static_cast<long long>(in.tokens) * k) +
+                       " top-k ids ([tokens][k]), got " + s(static_cast<long long>(in.ids.size())));
     r.tokens[src] = in.tokens;
     for (int t = 0; t < in.tokens; ++t)
       for (int j = 0; j < k; ++j) {
         const int e = in.ids[t * k + j];
-        require_input(e >= 0 && e < E, "routing: rank " + s(src) + " token " + s(t) + " slot " + s(j) +
-                                           " names expert " + s(e) + ", outside [0, " + s(E) + ")");
+        XSTAGE_REQUIRE(e >= 0 && e < E, "routing: rank " + s(src) + " token " + s(t) + " slot " + s(j) +
+                                            " names expert " + s(e) + ", outside [0, " + s(E) + ")");
         for (int j2 = 0; j2 < j; ++j2)
-          require_input(in.ids[t * k + j2] != e, "routing: rank " + s(src) + " token " + s(t) + " names expert " +
-                                                     s(e) + " twice (top-k ids must be distinct)");
+          XSTAGE_REQUIRE(in.ids[t * k + j2] != e, "routing: rank " + s(src) + " token " + s(t) + " names expert " +
+                                                      s(e) + " twice (top-k ids must be distinct)");
         ++r.counts[count_index(src, e, E)];
         ++r.expert_rows[e];
       }
@@ -118,7 +118,7 @@ std::vector<RankTopK> balanced_routing(const MoeProblem& pr, std::uint64_t seed)
 
 std::vector<RankTopK> skewed_routing(const MoeProblem& pr, double zipf_s, std::uint64_t seed) {
   validate(pr);
-  require_input(std::isfinite(zipf_s) && zipf_s >= 0.0, "skewed routing: the Zipf exponent must be >= 0");
+  XSTAGE_REQUIRE(std::isfinite(zipf_s) && zipf_s >= 0.0, "skewed routing: the Zipf exponent must be >= 0");
   std::mt19937_64 rng(seed);
   const int E = pr.E_experts, k = pr.top_k;
   const std::vector<int> perm = seeded_permutation(E, rng);

@@ -35,8 +35,8 @@ void fp8_expert_layers(const MoeProblem& pr, const MoeInputs& in, const Routing&
                        bool combine_bf16) {
   const int P = pr.P_ranks, k = pr.top_k, h = pr.h_hidden, hi = pr.h_inter;
   const auto sz = [](long long v) { return static_cast<std::size_t>(v); };
-  require_input(h % fp8::kBlock == 0 && hi % fp8::kBlock == 0,
-                "reference fp8: h and h_inter must be multiples of 128 (the fp8 scale block)");
+  XSTAGE_REQUIRE(h % fp8::kBlock == 0 && hi % fp8::kBlock == 0,
+                 "reference fp8: h and h_inter must be multiples of 128 (the fp8 scale block)");
   // Layer input: each source quantizes its own tokens per (token, 128-column block).
   std::vector<Fp8Activations> tokens_q;
   for (int s = 0; s < P; ++s) tokens_q.push_back(quantize_activations(in.tokens[s].data(), in.topk[s].tokens, h));
@@ -104,16 +104,16 @@ MoeReferenceOutput reference_moe_layer(const MoeProblem& pr, const MoeInputs& in
   const Routing routing = build_routing(pr, in.topk);
   const int P = pr.P_ranks, E = pr.E_experts, k = pr.top_k, h = pr.h_hidden, hi = pr.h_inter;
   const auto sz = [](long long v) { return static_cast<std::size_t>(v); };
-  require_input(in.tokens.size() == sz(P), "reference: tokens for " + std::to_string(in.tokens.size()) + " ranks, need P");
+  XSTAGE_REQUIRE(in.tokens.size() == sz(P), "reference: tokens for " + std::to_string(in.tokens.size()) + " ranks, need P");
   for (int s = 0; s < P; ++s)
-    require_input(in.tokens[s].size() == sz(static_cast<long long>(in.topk[s].tokens) * h),
-                  "reference: rank " + std::to_string(s) + " tokens must be [T_s][h]");
-  require_input(in.weights.W1.size() == sz(static_cast<long long>(E) * 2 * hi * h), "reference: W1 must be [E][2*h_inter][h]");
-  require_input(in.weights.W2.size() == sz(static_cast<long long>(E) * h * hi), "reference: W2 must be [E][h][h_inter]");
+    XSTAGE_REQUIRE(in.tokens[s].size() == sz(static_cast<long long>(in.topk[s].tokens) * h),
+                   "reference: rank " + std::to_string(s) + " tokens must be [T_s][h]");
+  XSTAGE_REQUIRE(in.weights.W1.size() == sz(static_cast<long long>(E) * 2 * hi * h), "reference: W1 must be [E][2*h_inter][h]");
+  XSTAGE_REQUIRE(in.weights.W2.size() == sz(static_cast<long long>(E) * h * hi), "reference: W2 must be [E][h][h_inter]");
   const bool round_bf16 = rounding == StorageRounding::bf16;
   for (int s = 0; s < P; ++s)
-    require_input(in.topk[s].weights.size() == sz(static_cast<long long>(in.topk[s].tokens) * k),
-                  "reference: rank " + std::to_string(s) + " top-k weights must be [T_s][k]");
+    XSTAGE_REQUIRE(in.topk[s].weights.size() == sz(static_cast<long long>(in.topk[s].tokens) * k),
+                   "reference: rank " + std::to_string(s) + " top-k weights must be [T_s][k]");
   const auto to_bf16 = [](bool on, double v) { return on ? round_to_bf16(static_cast<float>(v)) : static_cast<float>(v); };
   const bool combine_bf16 = round_bf16 && pr.out_bytes == 2;
 

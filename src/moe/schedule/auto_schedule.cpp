@@ -36,8 +36,8 @@ std::string terms(const ScheduleCandidate& c) {
 double hbm_weight_bytes(const MoeProblem& pr, const std::vector<int>& expert_rows, int K_SM, const ScheduleVariant& v,
                         double l2_bytes) {
   validate(pr);
-  require_input(static_cast<int>(expert_rows.size()) == pr.E_local(), "pass model: one row count per local expert");
-  require_input(K_SM >= 1 && l2_bytes > 0.0, "pass model: K_SM and the L2 size must be positive");
+  XSTAGE_REQUIRE(static_cast<int>(expert_rows.size()) == pr.E_local(), "pass model: one row count per local expert");
+  XSTAGE_REQUIRE(K_SM >= 1 && l2_bytes > 0.0, "pass model: K_SM and the L2 size must be positive");
   // Per expert: W1 (2·h_inter × h) and W2 (h × h_inter) weight bytes; per row P1 and P2 tiles.
   const double s = pr.elem_bytes();
   const double W1 = 2.0 * pr.h_inter * pr.h_hidden * s, W2 = static_cast<double>(pr.h_hidden) * pr.h_inter * s;
@@ -89,8 +89,8 @@ ScheduleChoice choose_schedule(const MoeProblem& problem, int K_SM, const model:
 ScheduleChoice choose_schedule(const MoeProblem& pr, const std::vector<int>& rows, int K_SM,
                                const model::PlatformPoint& platform, const ScheduleRule& rule) {
   validate(pr);
-  require_input(K_SM >= 1, "choose_schedule: K_SM must be positive (got " + std::to_string(K_SM) + ")");
-  require_input(static_cast<int>(rows.size()) == pr.E_local(), "choose_schedule: one row count per local expert");
+  XSTAGE_REQUIRE(K_SM >= 1, "choose_schedule: K_SM must be positive (got " + std::to_string(K_SM) + ")");
+  XSTAGE_REQUIRE(static_cast<int>(rows.size()) == pr.E_local(), "choose_schedule: one row count per local expert");
   model::validate_platform_point(platform, "choose_schedule platform point");
   const bool fp8 = pr.dtype == DType::fp8_e4m3;
   const model::MoeMainloopTimes t = model::moe_mainloop_times(MixedPairTiling::kHalfRows, pr.b_n, pr.h_hidden, pr.h_inter,

@@ -42,16 +42,16 @@ std::vector<Tile> sequence_of(const Schedule& schedule, int g) {
 
 template <class Schedule>
 void check_schedule(const Schedule& s) {
-  require_input(s.Gs >= 1, "schedule: needs at least one instance (Gs = " + std::to_string(s.Gs) + ")");
-  require_input(s.streams.P1 >= 1 && s.streams.P2 >= 1, "schedule: P1 and P2 must be positive");
-  require_input(s.streams.rows.first_row != nullptr && s.streams.rows.E_local >= 1, "schedule: no scheduler rows");
+  XSTAGE_REQUIRE(s.Gs >= 1, "schedule: needs at least one instance (Gs = " + std::to_string(s.Gs) + ")");
+  XSTAGE_REQUIRE(s.streams.P1 >= 1 && s.streams.P2 >= 1, "schedule: P1 and P2 must be positive");
+  XSTAGE_REQUIRE(s.streams.rows.first_row != nullptr && s.streams.rows.E_local >= 1, "schedule: no scheduler rows");
 }
 
 // The lockstep simulation shared by both schedules (see the header).
 template <class Schedule>
 SimulationResult simulate_impl(const Schedule& s, const SimulationConfig& cfg) {
   check_schedule(s);
-  require_input(cfg.l1_time >= 1 && cfg.l2_time >= 1, "simulation: tile times must be >= 1");
+  XSTAGE_REQUIRE(cfg.l1_time >= 1 && cfg.l2_time >= 1, "simulation: tile times must be >= 1");
   const TileStreams& st = s.streams;
   const int rows = st.rows.num_rows();
   const int S = cfg.ring_slots > 0 ? cfg.ring_slots : std::max(rows, 1);
@@ -168,11 +168,11 @@ L2GapStats l2_gap_stats(const std::vector<std::vector<Tile>>& sequences) {
 // D = 0 is simulated as given (it deadlocks: that is how the tests show the simulation can fail);
 // make_interleaved_schedule is what refuses it for the kernel.
 SimulationResult simulate(const InterleavedSchedule& s, const SimulationConfig& c) {
-  require_input(s.D_rows >= 0, "interleaved schedule: the lead D must be >= 0 rows");
+  XSTAGE_REQUIRE(s.D_rows >= 0, "interleaved schedule: the lead D must be >= 0 rows");
   return simulate_impl(s, c);
 }
 SimulationResult simulate(const ExpertWaveSchedule& s, const SimulationConfig& c) {
-  require_input(s.wave_experts >= 1, "expert-wave schedule: wave size must be >= 1 expert");
+  XSTAGE_REQUIRE(s.wave_experts >= 1, "expert-wave schedule: wave size must be >= 1 expert");
   return simulate_impl(s, c);
 }
 
@@ -208,8 +208,8 @@ template <class Schedule, int kN, int kM>
 CtaSimulationResult simulate_ctas_impl(const CtaLaunch& l, const SimulationConfig& cfg, CtaTimeline* timeline) {
   const MoeProblem& pr = l.problem;
   const int EL = pr.E_local();
-  require_input(static_cast<int>(l.expert_rows.size()) == EL, "CTA simulation: one row count per local expert");
-  require_input(l.ctas >= 1 && l.ctas % (kN * kM) == 0, "CTA simulation: the CTAs must fill whole clusters");
+  XSTAGE_REQUIRE(static_cast<int>(l.expert_rows.size()) == EL, "CTA simulation: one row count per local expert");
+  XSTAGE_REQUIRE(l.ctas >= 1 && l.ctas % (kN * kM) == 0, "CTA simulation: the CTAs must fill whole clusters");
   // The owner's scheduler rows and the mixed pairs' N-row bits, as the kernel computes them.
   std::vector<int> first_row(EL + 1, 0);
   std::vector<std::uint32_t> n_row_last((EL + 31) / 32 + 1, 0u);
@@ -329,24 +329,24 @@ template CtaSimulationResult simulate_ctas<ExpertWaveSchedule>(const CtaLaunch&,
 
 TileStreams make_streams(const MoeProblem& pr, const int* first_row) {
   validate(pr);
-  require_input(first_row != nullptr, "schedule: no scheduler rows (first_row is null)");
+  XSTAGE_REQUIRE(first_row != nullptr, "schedule: no scheduler rows (first_row is null)");
   return TileStreams{SchedulerRows{first_row, pr.E_local()}, pr.P1_l1_n_blocks(), pr.P2_l2_n_blocks()};
 }
 
 InterleavedSchedule make_interleaved_schedule(const MoeProblem& pr, const int* first_row, int D_rows, int Gs) {
-  require_input(D_rows >= 1, "interleaved schedule: the lead D must be >= 1 row (got " + std::to_string(D_rows) +
-                                 "; with D = 0 an instance can run L2 (p) before its own L1 (p) tile and wait on itself)");
-  require_input(Gs >= 1, "interleaved schedule: needs at least one persistent instance");
+  XSTAGE_REQUIRE(D_rows >= 1, "interleaved schedule: the lead D must be >= 1 row (got " + std::to_string(D_rows) +
+                                  "; with D = 0 an instance can run L2 (p) before its own L1 (p) tile and wait on itself)");
+  XSTAGE_REQUIRE(Gs >= 1, "interleaved schedule: needs at least one persistent instance");
   return InterleavedSchedule{make_streams(pr, first_row), D_rows, Gs};
 }
 
 ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* first_row, int wave_experts, int Gs,
                                              int l2_lag_waves) {
-  require_input(wave_experts >= 1 && wave_experts <= pr.E_local(),
-                "expert-wave schedule: wave size " + std::to_string(wave_experts) + " must be in [1, E_local = " +
-                    std::to_string(pr.E_local()) + "]");
-  require_input(Gs >= 1, "expert-wave schedule: needs at least one persistent instance");
-  require_input(l2_lag_waves >= 0, "expert-wave schedule: the L2 lag must be >= 0 waves (got " + std::to_string(l2_lag_waves) + ")");
+  XSTAGE_REQUIRE(wave_experts >= 1 && wave_experts <= pr.E_local(),
+                 "expert-wave schedule: wave size " + std::to_string(wave_experts) + " must be in [1, E_local = " +
+                     std::to_string(pr.E_local()) + "]");
+  XSTAGE_REQUIRE(Gs >= 1, "expert-wave schedule: needs at least one persistent instance");
+  XSTAGE_REQUIRE(l2_lag_waves >= 0, "expert-wave schedule: the L2 lag must be >= 0 waves (got " + std::to_string(l2_lag_waves) + ")");
   return ExpertWaveSchedule{make_streams(pr, first_row), wave_experts, Gs, l2_lag_waves};
 }
 
@@ -429,15 +429,15 @@ std::optional<model::MoeAudit> closed_form(const MoeProblem& pr, int K_SM, int K
 ScheduleAudit audit_schedule(const MoeProblem& problem, const std::vector<int>& expert_rows, int K_SM,
                              const ScheduleVariant& variant, const ScheduleAuditConfig& c) {
   validate(problem);
-  require_input(K_SM >= 1, "MoE audit: K_SM must be positive");
-  require_input(static_cast<int>(expert_rows.size()) == problem.E_local(), "MoE audit: one row count per local expert");
-  require_input(std::isfinite(c.T_L1_ns) && std::isfinite(c.T_L2_ns) && c.T_L1_ns > 0.0 && c.T_L2_ns > 0.0,
-                "MoE audit: the tile times T_L1 and T_L2 must be positive");
-  require_input(c.ticks_per_tile >= 1, "MoE audit: ticks per tile must be >= 1");
-  require_input(c.time_jitter >= 0.0 && c.time_jitter < 1.0, "MoE audit: the tile time jitter must be in [0, 1)");
+  XSTAGE_REQUIRE(K_SM >= 1, "MoE audit: K_SM must be positive");
+  XSTAGE_REQUIRE(static_cast<int>(expert_rows.size()) == problem.E_local(), "MoE audit: one row count per local expert");
+  XSTAGE_REQUIRE(std::isfinite(c.T_L1_ns) && std::isfinite(c.T_L2_ns) && c.T_L1_ns > 0.0 && c.T_L2_ns > 0.0,
+                 "MoE audit: the tile times T_L1 and T_L2 must be positive");
+  XSTAGE_REQUIRE(c.ticks_per_tile >= 1, "MoE audit: ticks per tile must be >= 1");
+  XSTAGE_REQUIRE(c.time_jitter >= 0.0 && c.time_jitter < 1.0, "MoE audit: the tile time jitter must be in [0, 1)");
   model::validate_platform_point(c.platform, "MoE audit platform point");
   std::string why;
-  require_input(variant_applies(problem, K_SM, variant, &why), "MoE audit: " + describe(variant) + " does not apply: " + why);
+  XSTAGE_REQUIRE(variant_applies(problem, K_SM, variant, &why), "MoE audit: " + describe(variant) + " does not apply: " + why);
 
   ScheduleAudit a;
   a.variant = variant;

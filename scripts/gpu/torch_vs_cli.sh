@@ -2,7 +2,8 @@
 # On a GPU machine: each op timed through torch (tests/python/gpu/time_ops.py) beside the same kernels timed by
 # the CLI (`xstage attention bench`, `xstage moe bench`), in $ROUNDS (default 3) interleaved rounds of the same
 # protocol, the SM clock and power sampled by nvidia-smi meanwhile; then the ratios per round
-# (tests/python/gpu/torch_vs_cli.py). Needs what scripts/gpu/python.sh needs (the C library, the binaries).
+# (tests/python/gpu/torch_vs_cli.py); first, where an eager call's host time goes (tests/python/gpu/host_costs.py).
+# Needs what scripts/gpu/python.sh needs (the C library, the binaries).
 # Everything lands in ${OUT:-out}/torch-vs-cli/ (scripts/gpu/python.sh packs it with its own results).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,6 +14,8 @@ X="$XSTAGE_BIN_DIR/xstage"
 LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
 export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 failures=0
+step "host time of an eager flash_attention call, piece by piece"
+timed "host_costs" -- timeout 300 python3 tests/python/gpu/host_costs.py --out "$W/host_costs.json" || failures=$((failures+1))
 step "the ops through torch and the same kernels through the CLI: $ROUNDS interleaved round(s), SM clock sampled"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 > "$W/clocks.csv" &
 clocks=$!

@@ -13,8 +13,8 @@ tokens, plus 512 text tokens: every attention is [1, 8704, 24, 128]). Then, on t
           head_dim] tensors as they are (no transposes)
 
 and reports the relative L2 error between the two outputs (and of each against an fp32 model with fp32
-SDPA), the median time per forward (CUDA events, after warm-up), the same for one attention call alone, and
-writes everything as JSON to --out.
+SDPA), the median time per forward (CUDA events, after warm-up, the backends taking turns so that both see the
+same GPU clock), the same for one attention call alone, and writes everything as JSON to --out.
 
     python3 examples/diffusers/dit_attention.py --out dit_attention.json              # GPU machine
     python3 examples/diffusers/dit_attention.py --tiny --device cpu --out /tmp/t.json  # CPU: SDPA path only
@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 
@@ -42,6 +41,8 @@ from diffusers import FluxTransformer2DModel
 from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, _get_qkv_projections
+
+from timing import time_in_turn
 
 TESTED_DIFFUSERS = "0.42.1"
 
@@ -143,28 +144,6 @@ def rel_l2(x, ref):
     return ((x - ref).norm() / ref.norm()).item()
 
 
-def time_ms(fn, device, warmup, iters):
-    """Median and all samples of fn() in ms: CUDA events on a GPU, perf_counter on the CPU."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-    else:
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples), samples
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON result file")
@@ -248,7 +227,7 @@ def main(argv=None):
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "diffusers": diffusers.__version__},
         "sdpa_backend": str(_AttentionBackendRegistry.get_active_backend()[0].value),
-        "timing": {"warmup": args.warmup, "iters": args.iters, "method": "CUDA events" if device.type == "cuda" else "perf_counter"},
+        "timing": {"warmup": args.warmup, "iters": args.iters, "method": ("CUDA events" if device.type == "cuda" else "perf_counter") + ", backends in turn per iteration"},
         "command": " ".join([sys.executable] + sys.argv),
     }
     if "xstage" in backends:
@@ -264,13 +243,15 @@ def main(argv=None):
             outputs["fp32"] = model(**inputs)[0].float()
         model.to(torch.bfloat16)
         inputs_bf16 = cast_inputs(inputs, torch.bfloat16)
-        forward_ms = {}
+        processors = {name: FluxAttnProcessor() if name == "sdpa" else XstageFluxAttnProcessor() for name in backends}
         for name in backends:
-            model.set_attn_processor(FluxAttnProcessor() if name == "sdpa" else XstageFluxAttnProcessor())
+            model.set_attn_processor(processors[name])
             outputs[name] = model(**inputs_bf16)[0].float()
-            median, samples = time_ms(lambda: model(**inputs_bf16), device, args.warmup, args.iters)
-            forward_ms[name] = {"median": median, "samples": samples}
-            print(f"{name:>6}: forward {median:.2f} ms (median of {args.iters})")
+        timed = time_in_turn({name: lambda: model(**inputs_bf16) for name in backends}, device, args.warmup, args.iters,
+                             prepare={name: (lambda p=processors[name]: model.set_attn_processor(p)) for name in backends})
+        forward_ms = {name: {"median": median, "samples": samples} for name, (median, samples) in timed.items()}
+        for name, t in forward_ms.items():
+            print(f"{name:>6}: forward {t['median']:.2f} ms (median of {args.iters}, backends in turn)")
         if device.type == "cpu":
             # The processor against diffusers' own, both on SDPA: they must agree (no GPU needed).
             model.set_attn_processor(XstageFluxAttnProcessor(attention=sdpa_bshd))
@@ -284,11 +265,11 @@ def main(argv=None):
         g = torch.Generator(device="cpu").manual_seed(args.seed + 1)
         q, k, v = (torch.randn(args.batch, seq, args.heads, args.head_dim, generator=g).to(device, torch.bfloat16)
                    for _ in range(3))
+        calls = {"sdpa": lambda: sdpa_bshd(q, k, v), "xstage": lambda: xstage_attention(q, k, v)}
+        timed = time_in_turn({name: calls[name] for name in backends}, device, args.warmup, max(args.iters, 20))
+        flops = 4 * args.batch * args.heads * seq * seq * args.head_dim
         attention_ms = {}
-        for name in backends:
-            fn = (lambda: sdpa_bshd(q, k, v)) if name == "sdpa" else (lambda: xstage_attention(q, k, v))
-            median, samples = time_ms(fn, device, args.warmup, max(args.iters, 20))
-            flops = 4 * args.batch * args.heads * seq * seq * args.head_dim
+        for name, (median, samples) in timed.items():
             attention_ms[name] = {"median": median, "samples": samples, "tflops": flops / (median * 1e-3) / 1e12}
             print(f"{name:>6}: one attention {median:.3f} ms ({attention_ms[name]['tflops']:.0f} TFLOP/s)")
 

@@ -17,7 +17,7 @@ on the same inputs:
 Under torchrun every rank runs the model on its own inputs (data parallel over images) with the routed experts
 expert-parallel: rank r holds experts [r*E/P, (r+1)*E/P) (--experts must divide by P; HiDream-I1 has 4).
 Reports the rel L2 of each path against fp32 and xstage against torch (largest over ranks), the median time
-per forward (CUDA events; largest over ranks), as JSON (rank 0 writes --out).
+per forward (CUDA events, the paths taking turns; largest over ranks), as JSON (rank 0 writes --out).
 
     python3 examples/diffusers/dit_moe.py --out /tmp/dit_moe_ep1.json                            # EP = 1
     torchrun --standalone --nproc-per-node 2 examples/diffusers/dit_moe.py --out /tmp/dit_moe_ep2.json
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +40,8 @@ import torch.nn.functional as F
 import diffusers
 from diffusers import HiDreamImageTransformer2DModel
 from diffusers.models.transformers.transformer_hidream_image import MOEFeedForwardSwiGLU
+
+from timing import time_in_turn
 
 TESTED_DIFFUSERS = "0.42.1"
 PATHS = ("torch", "xstage", "xstage-fp8")
@@ -122,25 +123,6 @@ def global_max(x, device):
     t = torch.tensor([x], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
-
-
-def time_ms(fn, device, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            samples.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples), samples
 
 
 def make_inputs(args, device, dtype, seed):
@@ -243,9 +225,9 @@ def main(argv=None):
             result["swap_self_check_rel_l2"] = rel_l2(check(**inputs)[0].float(), base)
             say(f"XstageMoEFeedForward (plain-torch experts) vs diffusers' MOEFeedForwardSwiGLU: rel L2 {result['swap_self_check_rel_l2']:.2e}")
         model.to(torch.bfloat16)
+        runs = {}
         if "torch" in paths:
-            outputs["torch"] = model(**to_bf16)[0].float()
-            forward_ms["torch"] = time_ms(lambda: model(**to_bf16), device, args.warmup, args.iters)
+            runs["torch"] = lambda: model(**to_bf16)
         for path in [s for s in paths if s.startswith("xstage")]:
             import xstage
 
@@ -257,12 +239,11 @@ def main(argv=None):
             swapped.eval().requires_grad_(False).to(torch.bfloat16)
             dtype = torch.float8_e4m3fn if path == "xstage-fp8" else torch.bfloat16
             n = swap_moe(swapped, dtype=dtype, max_tokens=max_tokens, schedule=args.schedule, ranks=P, rank=r)
-            outputs[path] = swapped(**to_bf16)[0].float()
-            forward_ms[path] = time_ms(lambda: swapped(**to_bf16), device, args.warmup, args.iters)
             say(f"{path}: {n} MoE feed-forwards on xstage.nn.MoE")
-            del swapped
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            runs[path] = lambda m=swapped: m(**to_bf16)
+        for name, run in runs.items():
+            outputs[name] = run()[0].float()
+        forward_ms = time_in_turn(runs, device, args.warmup, args.iters)
 
     errors = {}
     for name, out in outputs.items():

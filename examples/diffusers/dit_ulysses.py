@@ -21,7 +21,8 @@ counts), or as a plain script (P = 1). Paths, all on the same bf16 model and inp
                    all-to-alls over a device mesh (P > 1 only; it changes the model, so it runs last)
 
 For each: rel L2 of the output against the reference (the largest over ranks) and the median time per forward
-(CUDA events; the largest median over ranks), as JSON (rank 0 writes --out).
+(CUDA events; the largest median over ranks; the backends take turns, except diffusers' own, whose
+enable_parallelism cannot be undone and which is timed after them), as JSON (rank 0 writes --out).
 
     python3 examples/diffusers/dit_ulysses.py --out /tmp/dit_ulysses_p1.json                      # one GPU
     torchrun --standalone --nproc-per-node 2 examples/diffusers/dit_ulysses.py --out /tmp/dit_ulysses_p2.json
@@ -47,7 +48,8 @@ import diffusers  # noqa: E402
 from diffusers import FluxTransformer2DModel  # noqa: E402
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor  # noqa: E402
 
-from dit_attention import TESTED_DIFFUSERS, XstageFluxAttnProcessor, cast_inputs, make_inputs, rel_l2, rope_axes, time_ms  # noqa: E402
+from dit_attention import TESTED_DIFFUSERS, XstageFluxAttnProcessor, cast_inputs, make_inputs, rel_l2, rope_axes  # noqa: E402
+from timing import time_in_turn  # noqa: E402
 
 BACKENDS = ("reference", "xstage", "xstage-serial", "torch-a2a", "diffusers")
 
@@ -193,24 +195,33 @@ def main(argv=None):
 
         xstage.distributed.init()
 
-    outputs, forward_ms = {}, {}
+    outputs, runs, prepare = {}, {}, {}
     with torch.inference_mode():
         for name in backends:
             if name == "reference":
-                model.set_attn_processor(FluxAttnProcessor())
+                processor = FluxAttnProcessor()
                 run = lambda: model(**inputs)[0]  # noqa: E731
             elif name == "diffusers":
-                from diffusers import ContextParallelConfig
-
-                model.set_attn_processor(FluxAttnProcessor())
-                model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P))
-                run = lambda: model(**inputs)[0]  # noqa: E731
+                continue  # enable_parallelism cannot be undone: timed alone, after the others
             else:
                 attention = {"xstage": ulysses_xstage(True), "xstage-serial": ulysses_xstage(False), "torch-a2a": ulysses_torch}[name]
-                model.set_attn_processor(XstageFluxAttnProcessor(attention=attention))
+                processor = XstageFluxAttnProcessor(attention=attention)
                 run = lambda: sharded_forward(model, inputs, P, r)  # noqa: E731
-            outputs[name] = run().float()
-            median, samples = time_ms(run, device, args.warmup, args.iters)
+            prepare[name] = lambda p=processor: model.set_attn_processor(p)
+            prepare[name]()
+            outputs[name], runs[name] = run().float(), run
+        timed = time_in_turn(runs, device, args.warmup, args.iters, prepare)
+        if "diffusers" in backends:
+            from diffusers import ContextParallelConfig
+
+            model.set_attn_processor(FluxAttnProcessor())
+            model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P))
+            run = lambda: model(**inputs)[0]  # noqa: E731
+            outputs["diffusers"] = run().float()
+            timed.update(time_in_turn({"diffusers": run}, device, args.warmup, args.iters))
+        forward_ms = {}
+        for name in backends:
+            median, samples = timed[name]
             forward_ms[name] = {"median": median, "median_max_over_ranks": global_max(median, device), "samples": samples}
             say(f"{name:>14}: forward {median:.2f} ms (median of {args.iters}, rank 0)")
 

@@ -104,9 +104,6 @@ class MoeConfig(ctypes.Structure):
     ]
 
 
-_Dims = ctypes.c_int64 * MAX_NDIM
-
-
 def make_tensor(data: int, shape, strides, dtype: int, device: int) -> Tensor:
     """An xstage_tensor from plain values (data is an address)."""
     ndim = len(shape)
@@ -114,7 +111,10 @@ def make_tensor(data: int, shape, strides, dtype: int, device: int) -> Tensor:
         raise InputError(f"shape {tuple(shape)} and strides {tuple(strides)} differ in length")
     if not 1 <= ndim <= MAX_NDIM:
         raise InputError(f"tensors of 1 to {MAX_NDIM} dimensions cross the C ABI; got {ndim}")
-    return Tensor(data, _Dims(*shape), _Dims(*strides), ndim, dtype, device)
+    t = Tensor(data, ndim=ndim, dtype=dtype, device=device)
+    t.shape[:ndim] = shape
+    t.strides[:ndim] = strides
+    return t
 
 
 _lock = threading.Lock()

@@ -14,12 +14,16 @@ from __future__ import annotations
 import torch
 
 _LIB = torch.library.Library("xstage", "DEF")
+# Public as torch.library.infer_schema since torch 2.5; torch 2.4 has it in torch._library.
+_infer_schema = getattr(torch.library, "infer_schema", None)
+if _infer_schema is None:
+    from torch._library.infer_schema import infer_schema as _infer_schema
 
 
 def define(name: str, impl, fake) -> torch._ops.OpOverload:
     """Defines torch.ops.xstage.<name> with impl (annotated: the schema comes from its signature, no argument
     mutated) and fake; returns the op's OpOverload (torch.ops.xstage.<name>.default), the cheapest to call."""
-    _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()))
+    _LIB.define(name + _infer_schema(impl, mutates_args=()))
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"xstage::{name}", fake, lib=_LIB)
     return getattr(torch.ops.xstage, name).default

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""cuDNN SDPA baseline for `xstage attention bench`: same shapes, bf16, non-causal.
+"""cuDNN SDPA baseline for `xstage attention bench`: same shapes, bf16, non-causal, timed in turn with xstage.
 
-torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDPBackend.CUDNN_ATTENTION) (and,
-for context, the FLASH_ATTENTION backend), inputs [batch, heads, M, d] contiguous as torch expects,
-CUDA-event medians after warm-up; TFLOP/s = 4 * M^2 * d * heads * batch / t. Writes JSON.
+Backends: torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDPBackend.CUDNN_ATTENTION) and,
+for context, FLASH_ATTENTION, on [batch, heads, M, d] contiguous inputs as torch expects; and xstage's kernel
+through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<build>/libxstage_c.so) on the
+same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
+take turns rep by rep, each timing covering >= 2 ms of back-to-back calls after an untimed repeat of itself: a
+power-capped H200's SM clock follows its load of the last seconds, so backends timed one after the other would
+differ by the clock as well as by the kernel. CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
+A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
 """
 import argparse
 import json
@@ -23,28 +28,57 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def time_ms(fn, reps, inner):
+def gpu_ms(fn):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(inner):
-            fn()
-        stop.record()
-        stop.synchronize()
-        out.append(start.elapsed_time(stop) / inner)
-    return out
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
 
 
 def warm_up(fn, ms):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     spent = 0.0
     while spent < ms:
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        spent += start.elapsed_time(stop)
+        spent += gpu_ms(fn)
+
+
+def time_in_turn(units, reps):
+    """units: name -> (callable, calls per timing). Returns name -> per-call ms of each rep, the names taking
+    turns; each timing follows one untimed repeat of itself (the GPU busy while the host starts the timed one)."""
+    out = {name: [] for name in units}
+    for _ in range(reps):
+        for name, (fn, inner) in units.items():
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for _ in range(inner):
+                fn()
+            start.record()
+            for _ in range(inner):
+                fn()
+            stop.record()
+            stop.synchronize()
+            out[name].append(start.elapsed_time(stop) / inner)
+    return out
+
+
+def sdpa_call(backend, q, k, v):
+    def fn():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=False)
+
+    return fn
+
+
+def xstage_call(q, k, v):
+    """xstage's kernel through the C ABI on [batch, M, heads, d] copies of q, k, v, prepared once."""
+    from xstage import _capi, _tensors
+
+    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    out = torch.empty_like(qb)
+    c = [_tensors.c_tensor(t) for t in (qb, kb, vb, out)]
+    scale, stream = q.shape[-1] ** -0.5, _tensors.current_stream(q.device)
+    keep = (qb, kb, vb, out)  # the memory the descriptors point at
+    return lambda: (_capi.flash_attention_forward(*c, None, scale, stream), keep)
 
 
 def main():
@@ -55,9 +89,12 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup-ms", type=float, default=200.0)
-    ap.add_argument("--backends", default="cudnn,flash")
+    ap.add_argument("--backends", default="cudnn,flash,xstage", help="comma-separated: cudnn, flash, xstage")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    unknown = [b for b in args.backends.split(",") if b not in (*BACKENDS, "xstage")]
+    if unknown:
+        ap.error(f"--backends: unknown {', '.join(unknown)} (choose from cudnn, flash, xstage)")
 
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
@@ -73,24 +110,25 @@ def main():
                 q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32).mul_(2).sub_(1)
                            .to(torch.bfloat16) for _ in range(3))
                 flops = 4.0 * m * m * d * h * args.batch
+                units, records = {}, {}
                 for name in args.backends.split(","):
                     rec = {"backend": name, "head_dim": d, "heads": h, "seqlen": m, "batch": args.batch}
+                    records[name] = rec
                     try:
-                        with sdpa_kernel(BACKENDS[name]):
-                            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=False)
-                            warm_up(fn, 1000.0 if first else args.warmup_ms)
-                            first = False
-                            est = statistics.median(time_ms(fn, 3, 1))
-                            inner = max(1, math.ceil(2.0 / max(est, 1e-3)))
-                            times = time_ms(fn, args.reps, inner)
-                        t = statistics.median(times)
-                        rec.update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=inner,
-                                   times_ms=times)
-                        print(f"{name:>7} {d:>5} {h:>6} {m:>7} {t:>12.4f} {rec['tflops']:>10.1f}", flush=True)
+                        fn = xstage_call(q, k, v) if name == "xstage" else sdpa_call(BACKENDS[name], q, k, v)
+                        warm_up(fn, 1000.0 if first else args.warmup_ms)
+                        first = False
+                        est = statistics.median(gpu_ms(fn) for _ in range(3))
+                        units[name] = (fn, max(1, math.ceil(2.0 / max(est, 1e-3))))
                     except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                         rec["error"] = str(e).splitlines()[0][:300]
                         print(f"{name:>7} {d:>5} {h:>6} {m:>7}  error: {rec['error']}", flush=True)
-                    points.append(rec)
+                for name, times in time_in_turn(units, args.reps).items():
+                    t = statistics.median(times)
+                    records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
+                                         times_ms=times)
+                    print(f"{name:>7} {d:>5} {h:>6} {m:>7} {t:>12.4f} {records[name]['tflops']:>10.1f}", flush=True)
+                points.extend(records.values())
                 del q, k, v
                 torch.cuda.empty_cache()
     doc = {
@@ -99,7 +137,9 @@ def main():
         "gpu": {"name": props.name, "sm_count": props.multi_processor_count},
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
-        "layout": "[batch, heads, M, d] bf16 contiguous, non-causal",
+        "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
+        "protocol": "per point the backends take turns rep by rep; each timing >= 2 ms of back-to-back calls after an "
+                    "untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "points": points,
     }

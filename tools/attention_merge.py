@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Joins `xstage attention bench` JSON with tools/attention_cudnn_bench.py JSON into one table:
-TFLOP/s of xstage, cuDNN (and torch's flash backend), and the ratio xstage / cuDNN per point."""
+"""Joins `xstage attention bench` JSON with tools/attention_cudnn_bench.py JSON into one table: TFLOP/s of xstage
+(the CLI's), cuDNN (and torch's flash backend), and per point the ratio xstage / cuDNN two ways: the CLI's time
+against cuDNN's from the other process, and (where the torch JSON has an xstage backend) xstage's kernel timed in
+turn with cuDNN in one process, which the GPU's clock cannot bias."""
 import argparse
 import json
 
@@ -16,15 +18,18 @@ def main():
     base = {}
     for p in theirs["points"]:
         base[(p["backend"], p["head_dim"], p["heads"], p["seqlen"])] = p.get("tflops")
-    lines = ["| d | heads | M | xstage TFLOP/s | cuDNN TFLOP/s | xstage/cuDNN | torch-flash TFLOP/s |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| d | heads | M | xstage TFLOP/s | cuDNN TFLOP/s | xstage/cuDNN | xstage in turn TFLOP/s | xstage/cuDNN in turn | torch-flash TFLOP/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in ours["points"]:
         key = (p["head_dim"], p["heads"], p["seqlen"])
         cud = base.get(("cudnn",) + key)
         fl = base.get(("flash",) + key)
+        mine = base.get(("xstage",) + key)
         ratio = p["tflops"] / cud if cud else None
+        in_turn = mine / cud if mine and cud else None
         f = lambda x, fmt="{:.1f}": fmt.format(x) if x is not None else "n/a"
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {p['tflops']:.1f} | {f(cud)} | {f(ratio, '{:.3f}')} | {f(fl)} |")
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {p['tflops']:.1f} | {f(cud)} | {f(ratio, '{:.3f}')} | {f(mine)} | "
+                     f"{f(in_turn, '{:.3f}')} | {f(fl)} |")
     text = "\n".join(lines)
     print(text)
     if a.markdown:

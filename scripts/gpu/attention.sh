@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine: attention correctness check, xstage bench, cuDNN SDPA bench, merged table, then
-# compute-sanitizer (memcheck, racecheck, synccheck) on a small shape. Everything lands under $OUT; copy it into
+# On the GPU machine: attention correctness check, xstage bench, cuDNN SDPA bench (with xstage's kernel timed in
+# turn with cuDNN in the same process, through the Python package and the C library: XSTAGE_C_LIBRARY, default
+# .carry/python/libxstage_c.so, else build/libxstage_c.so), merged table, then compute-sanitizer (memcheck,
+# racecheck, synccheck) on a small shape. Everything lands under $OUT; copy it into
 # results/h200/attention/<date>/ in the repository (the last lines say so).
 #
 #   XSTAGE_BIN=build/xstage OUT=/tmp/out scripts/gpu/attention.sh [--quick-bench]
@@ -11,6 +13,8 @@ OUT=${OUT:-/tmp/xstage-attention}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
+export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 BENCH_ARGS=()
 [[ "${1:-}" == "--quick-bench" ]] && BENCH_ARGS=(--seqlens 8192,32768 --heads 12)
 LOG="$OUT/run.log"
@@ -37,7 +41,7 @@ if [[ -z "${SKIP_KERNEL:-}" ]]; then
   bench_rc=${PIPESTATUS[0]}
   [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
 fi
-echo "== bench (torch SDPA: cuDNN, flash)" | tee -a "$LOG"
+echo "== bench (torch SDPA: cuDNN, flash; and xstage's kernel in turn with them)" | tee -a "$LOG"
 timeout 150 python3 tools/attention_cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
 cudnn_rc=${PIPESTATUS[0]}
 [[ $cudnn_rc -ne 0 ]] && { echo "cuDNN bench failed: rc=$cudnn_rc" | tee -a "$LOG"; status=1; }

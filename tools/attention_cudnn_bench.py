@@ -7,7 +7,7 @@ through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<buil
 same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
 take turns rep by rep, each timing covering >= 2 ms of back-to-back calls after an untimed repeat of itself: a
 power-capped H200's SM clock follows its load of the last seconds, so backends timed one after the other would
-differ by the clock as well as by the kernel. CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
+differ by the clock as well as by the kernel (the order is rotated every rep: what ran just before also counts). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
 A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
 """
 import argparse
@@ -45,10 +45,14 @@ def warm_up(fn, ms):
 
 def time_in_turn(units, reps):
     """units: name -> (callable, calls per timing). Returns name -> per-call ms of each rep, the names taking
-    turns; each timing follows one untimed repeat of itself (the GPU busy while the host starts the timed one)."""
+    turns in an order rotated every rep (what runs just before a timing sets the power headroom it starts with: a
+    fixed order would favour whatever follows the lightest kernel); each timing follows one untimed repeat of
+    itself (the GPU busy while the host starts the timed one)."""
     out = {name: [] for name in units}
-    for _ in range(reps):
-        for name, (fn, inner) in units.items():
+    names = list(units)
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            fn, inner = units[name]
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             for _ in range(inner):
                 fn()

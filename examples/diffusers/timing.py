@@ -10,10 +10,11 @@ import torch
 
 def time_in_turn(fns, device, warmup, iters, prepare=None):
     """{name: (median ms, samples)} of each callable in fns, timed in turn: after warmup calls of each, every
-    iteration times each once, so that all see the same GPU clock (a power-capped GPU's clock follows its load of
-    the last seconds: timing one after the other favours whichever runs first). prepare: {name: callable} run
-    untimed before each call of that name (switching the model's attention processor, say). CUDA events on a
-    GPU, each timing from an idle GPU; perf_counter on the CPU."""
+    iteration times each once, in an order rotated every iteration, so that all see the same GPU clock (a
+    power-capped GPU's clock follows its load of the last seconds: timing one after the other favours whichever
+    runs first, and a fixed order whatever follows the lightest). prepare: {name: callable} run untimed before
+    each call of that name (switching the model's attention processor, say). CUDA events on a GPU, each timing
+    from an idle GPU; perf_counter on the CPU."""
     prepare = prepare or {}
     noop = lambda: None  # noqa: E731
     for name, fn in fns.items():
@@ -21,8 +22,10 @@ def time_in_turn(fns, device, warmup, iters, prepare=None):
             prepare.get(name, noop)()
             fn()
     samples = {name: [] for name in fns}
-    for _ in range(iters):
-        for name, fn in fns.items():
+    names = list(fns)
+    for i in range(iters):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            fn = fns[name]
             prepare.get(name, noop)()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

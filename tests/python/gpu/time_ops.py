@@ -103,8 +103,10 @@ def time_modes(units, reps):
     torch.cuda.synchronize()
     dist.barrier()
     out = {mode: ([], []) for mode in units}
-    for _ in range(reps):
-        for mode, unit in units.items():
+    modes = list(units)
+    for rep in range(reps):
+        for mode in modes[rep % len(modes):] + modes[:rep % len(modes)]:  # rotated: no mode always follows another
+            unit = units[mode]
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             unit()
             a.record()

@@ -5,7 +5,8 @@ Backends: torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDP
 for context, FLASH_ATTENTION, on [batch, heads, M, d] contiguous inputs as torch expects; and xstage's kernel
 through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<build>/libxstage_c.so) on the
 same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
-take turns rep by rep, each timing covering >= 2 ms of back-to-back calls after an untimed repeat of itself: a
+take turns rep by rep, each timing one replay of a CUDA graph of back-to-back calls filling >= 2 ms (GPU time:
+torch's SDPA dispatch takes more host time than the smallest kernels here), after an untimed replay: a
 power-capped H200's SM clock follows its load of the last seconds, so backends timed one after the other would
 differ by the clock as well as by the kernel (the order is rotated every rep: what ran just before also counts). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
 A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
@@ -43,22 +44,34 @@ def warm_up(fn, ms):
         spent += gpu_ms(fn)
 
 
+def captured(fn, inner):
+    """A CUDA graph of inner calls of fn: replaying it times the kernels without the host's per-call work (torch's
+    SDPA dispatch costs more host time than the smallest kernels here take)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return graph
+
+
 def time_in_turn(units, reps):
-    """units: name -> (callable, calls per timing). Returns name -> per-call ms of each rep, the names taking
-    turns in an order rotated every rep (what runs just before a timing sets the power headroom it starts with: a
-    fixed order would favour whatever follows the lightest kernel); each timing follows one untimed repeat of
-    itself (the GPU busy while the host starts the timed one)."""
+    """units: name -> (CUDA graph, calls in it). Returns name -> per-call ms of each rep, the names taking turns
+    in an order rotated every rep (what runs just before a timing sets the power headroom it starts with: a fixed
+    order would favour whatever follows the lightest kernel); each timed replay follows an untimed one."""
     out = {name: [] for name in units}
     names = list(units)
     for rep in range(reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
-            fn, inner = units[name]
+            graph, inner = units[name]
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            for _ in range(inner):
-                fn()
+            graph.replay()
             start.record()
-            for _ in range(inner):
-                fn()
+            graph.replay()
             stop.record()
             stop.synchronize()
             out[name].append(start.elapsed_time(stop) / inner)
@@ -93,7 +106,7 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup-ms", type=float, default=200.0)
-    ap.add_argument("--backends", default="cudnn,flash,xstage", help="comma-separated: cudnn, flash, xstage")
+    ap.add_argument("--backends", default="cudnn,xstage", help="comma-separated: cudnn, flash, xstage (in turn: compare two at a time)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     unknown = [b for b in args.backends.split(",") if b not in (*BACKENDS, "xstage")]
@@ -123,7 +136,8 @@ def main():
                         warm_up(fn, 1000.0 if first else args.warmup_ms)
                         first = False
                         est = statistics.median(gpu_ms(fn) for _ in range(3))
-                        units[name] = (fn, max(1, math.ceil(2.0 / max(est, 1e-3))))
+                        inner = max(1, math.ceil(2.0 / max(est, 1e-3)))
+                        units[name] = (captured(fn, inner), inner)
                     except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                         rec["error"] = str(e).splitlines()[0][:300]
                         print(f"{name:>7} {d:>5} {h:>6} {m:>7}  error: {rec['error']}", flush=True)
@@ -142,8 +156,8 @@ def main():
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
         "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
-        "protocol": "per point the backends take turns rep by rep; each timing >= 2 ms of back-to-back calls after an "
-                    "untimed repeat; median per call",
+        "protocol": "per point the backends take turns rep by rep (order rotated); each timing one replay of a CUDA "
+                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "points": points,
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: attention correctness check, xstage bench, cuDNN SDPA bench (with xstage's kernel timed in
-# turn with cuDNN in the same process, through the Python package and the C library: XSTAGE_C_LIBRARY, default
+# turn with cuDNN in the same process, the two alone so that neither gains power headroom from a third, through the Python package and the C library: XSTAGE_C_LIBRARY, default
 # .carry/python/libxstage_c.so, else build/libxstage_c.so), merged table, then compute-sanitizer (memcheck,
 # racecheck, synccheck) on a small shape. Everything lands under $OUT; copy it into
 # results/h200/attention/<date>/ in the repository (the last lines say so).
@@ -41,7 +41,7 @@ if [[ -z "${SKIP_KERNEL:-}" ]]; then
   bench_rc=${PIPESTATUS[0]}
   [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
 fi
-echo "== bench (torch SDPA: cuDNN, flash; and xstage's kernel in turn with them)" | tee -a "$LOG"
+echo "== bench (torch SDPA's cuDNN backend and xstage's kernel, in turn)" | tee -a "$LOG"
 timeout 150 python3 tools/attention_cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
 cudnn_rc=${PIPESTATUS[0]}
 [[ $cudnn_rc -ne 0 ]] && { echo "cuDNN bench failed: rc=$cudnn_rc" | tee -a "$LOG"; status=1; }

@@ -93,9 +93,10 @@ def xstage_call(q, k, v):
     qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     out = torch.empty_like(qb)
     c = [_tensors.c_tensor(t) for t in (qb, kb, vb, out)]
-    scale, stream = q.shape[-1] ** -0.5, _tensors.current_stream(q.device)
+    scale = q.shape[-1] ** -0.5
     keep = (qb, kb, vb, out)  # the memory the descriptors point at
-    return lambda: (_capi.flash_attention_forward(*c, None, scale, stream), keep)
+    # the current stream is asked at every call: under graph capture it is the capture stream
+    return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)
 
 
 def main():

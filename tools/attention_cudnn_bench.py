@@ -5,15 +5,14 @@ Backends: torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDP
 for context, FLASH_ATTENTION, on [batch, heads, M, d] contiguous inputs as torch expects; and xstage's kernel
 through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<build>/libxstage_c.so) on the
 same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
-take turns rep by rep, each timing one replay of a CUDA graph of back-to-back calls filling >= 2 ms (GPU time:
-torch's SDPA dispatch takes more host time than the smallest kernels here), after an untimed replay: a
-power-capped H200's SM clock follows its load of the last seconds, so backends timed one after the other would
-differ by the clock as well as by the kernel (the order is rotated every rep: what ran just before also counts). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
+take turns rep by rep in a rotated order (tools/gpu_timing.py: the H200's power-capped clock follows its recent
+load, so backends timed one after the other would differ by the clock too), each timing one replay of a CUDA
+graph of back-to-back calls filling >= 2 ms after an untimed replay (GPU time: torch's SDPA dispatch takes more
+host time than the smallest kernels here). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
 A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
 """
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -22,60 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from gpu_timing import calls_per_timing, captured, time_in_turn, warm_up
+
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 
 
 def ints(text):
     return [int(x) for x in text.split(",") if x]
-
-
-def gpu_ms(fn):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop)
-
-
-def warm_up(fn, ms):
-    spent = 0.0
-    while spent < ms:
-        spent += gpu_ms(fn)
-
-
-def captured(fn, inner):
-    """A CUDA graph of inner calls of fn: replaying it times the kernels without the host's per-call work (torch's
-    SDPA dispatch costs more host time than the smallest kernels here take)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    return graph
-
-
-def time_in_turn(units, reps):
-    """units: name -> (CUDA graph, calls in it). Returns name -> per-call ms of each rep, the names taking turns
-    in an order rotated every rep (what runs just before a timing sets the power headroom it starts with: a fixed
-    order would favour whatever follows the lightest kernel); each timed replay follows an untimed one."""
-    out = {name: [] for name in units}
-    names = list(units)
-    for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
-            graph, inner = units[name]
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            graph.replay()
-            start.record()
-            graph.replay()
-            stop.record()
-            stop.synchronize()
-            out[name].append(start.elapsed_time(stop) / inner)
-    return out
 
 
 def sdpa_call(backend, q, k, v):
@@ -136,13 +88,14 @@ def main():
                         fn = xstage_call(q, k, v) if name == "xstage" else sdpa_call(BACKENDS[name], q, k, v)
                         warm_up(fn, 1000.0 if first else args.warmup_ms)
                         first = False
-                        est = statistics.median(gpu_ms(fn) for _ in range(3))
-                        inner = max(1, math.ceil(2.0 / max(est, 1e-3)))
+                        inner = calls_per_timing(fn)
                         units[name] = (captured(fn, inner), inner)
                     except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                         rec["error"] = str(e).splitlines()[0][:300]
                         print(f"{name:>7} {d:>5} {h:>6} {m:>7}  error: {rec['error']}", flush=True)
-                for name, times in time_in_turn(units, args.reps).items():
+                timed = time_in_turn({name: graph.replay for name, (graph, _) in units.items()}, args.reps)
+                for name, (ms, _) in timed.items():
+                    times = [t / units[name][1] for t in ms]
                     t = statistics.median(times)
                     records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
                                          times_ms=times)

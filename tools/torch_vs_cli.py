@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sets each op's time through torch (time_ops.py) beside the same kernel's time through the CLI, round by round.
 
-    python3 tests/python/gpu/torch_vs_cli.py DIR
+    python3 tools/torch_vs_cli.py DIR
 
 DIR holds, per round i, time_ops_<i>.json, attention_bench_<i>.json and moe_bench_<i>.json (written, interleaved, by
 scripts/gpu/torch_vs_cli.sh), and optionally clocks.csv (nvidia-smi samples of the SM clock and power meanwhile).

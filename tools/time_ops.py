@@ -9,28 +9,25 @@ same shapes run in the same session:
   moe        xstage.moe on the DeepSeek-V3-like layer (h 7168, h_inter 2048, E 256, top-8, 4096 tokens per
              rank, bf16; balanced routing as `xstage moe bench`), EP = the job's ranks (1 in a plain run).
 
-Protocol, per point: the GPU is kept busy with the op for --warmup-ms (1 s before the first point: clocks ramp
-up from idle); a timing covers back-to-back calls filling >= 2 ms (as `xstage attention bench` does); each of
---reps rounds times every mode once, in turn, so that all modes see the same clocks (this H200 is power-capped:
-its SM clock moves between ~1.6 and 1.98 GHz with the load of the last seconds, enough to move a timing by 10%
-between two moments); and each timing is preceded by one untimed repeat of itself, so the GPU is busy while
-the host starts the timed one (steady state: the host's per-call work hides behind the kernels as long as it is
-shorter). The median per call is reported. Modes:
+Protocol (tools/gpu_timing.py), per point: the GPU is kept busy with the op for --warmup-ms (1 s before the
+first point); a timing covers back-to-back calls filling >= 2 ms (as `xstage attention bench` does), after an
+untimed repeat of itself; each of --reps rounds times every mode once, the modes taking turns in a rotated order,
+so that all see the same clock (this H200 is power-capped and its clock swings by 10% within seconds). The
+median per call is reported; the host's per-call work hides behind the kernels as long as it is shorter. Modes:
   eager  the Python op called back to back; host_us is the host's time per call in that loop (perf_counter);
   graph  one replay of a CUDA graph holding the same calls (GPU time only);
   c_abi  the same kernel launched through the C ABI on tensors prepared once (flash_attention, moe): what
          torch's dispatch, the Python checks and the output allocation add shows as eager / c_abi.
 Writes everything as JSON to --out.
 
-    python3 tests/python/gpu/time_ops.py --out /tmp/time_ops.json
-    torchrun --standalone --nproc-per-node 2 tests/python/gpu/time_ops.py --out /tmp/time_ops_p2.json
+    python3 tools/time_ops.py --out /tmp/time_ops.json
+    torchrun --standalone --nproc-per-node 2 tools/time_ops.py --out /tmp/time_ops_p2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -41,6 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import gpu_timing
 import xstage
 from xstage import _capi, _tensors
 
@@ -58,91 +56,23 @@ def setup():
     return xstage.distributed.init()
 
 
-def gpu_ms(fn) -> float:
-    """The GPU time of one call, from an event pair around it."""
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b)
-
-
-def warm_up(fn, ms):
-    """Keeps the GPU busy with fn for at least ms milliseconds, as the CLI's warm-up does."""
-    spent = 0.0
-    while spent < ms:
-        spent += gpu_ms(fn)
-
-
-def calls_per_timing(fn) -> int:
-    """Back-to-back calls that fill >= 2 ms of GPU time (the CLI's rule)."""
-    estimate = statistics.median(gpu_ms(fn) for _ in range(3))
-    return max(1, math.ceil(2.0 / max(estimate, 1e-3)))
-
-
-def captured(fn, inner):
-    """A CUDA graph of inner calls of fn (captured after two calls on the capture stream)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    return graph
-
-
-def time_modes(units, reps):
-    """units: mode -> a callable that enqueues one timing's calls. Returns mode -> (GPU ms, host us) of each
-    timing, reps of each, the modes taking turns; each timing follows one untimed unit of the same mode, so the
-    GPU is busy while the host records the start event and enqueues the timed unit."""
-    torch.cuda.synchronize()
-    dist.barrier()
-    out = {mode: ([], []) for mode in units}
-    modes = list(units)
-    for rep in range(reps):
-        for mode in modes[rep % len(modes):] + modes[:rep % len(modes)]:  # rotated: no mode always follows another
-            unit = units[mode]
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            unit()
-            a.record()
-            t0 = time.perf_counter()
-            unit()
-            t1 = time.perf_counter()
-            b.record()
-            b.synchronize()
-            out[mode][0].append(a.elapsed_time(b))
-            out[mode][1].append((t1 - t0) * 1e6)
-    return out
-
-
 _first_point = True
 
 
 def time_point(name, shape, fn, flops, args, results, c_abi=None):
     """Warm-up, then the modes eager, graph and (when c_abi, a callable launching the same kernel through the C
-    ABI, is given) c_abi of fn, taking turns, with the same calls per timing; appends one point per mode."""
+    ABI, is given) c_abi of fn, taking turns (tools/gpu_timing.py), with the same calls per timing; appends one
+    point per mode."""
     global _first_point
-    warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
+    gpu_timing.warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
     _first_point = False
-    inner = calls_per_timing(fn)
-    graph = captured(fn, inner)
-
-    def repeat(f):
-        def unit():
-            for _ in range(inner):
-                f()
-
-        return unit
-
-    units = {"eager": repeat(fn), "graph": graph.replay}
+    inner = gpu_timing.calls_per_timing(fn)
+    graph = gpu_timing.captured(fn, inner)
+    units = {"eager": gpu_timing.repeat(fn, inner), "graph": graph.replay}
     if c_abi is not None:
-        units["c_abi"] = repeat(c_abi)
-    for mode, (ms, us) in time_modes(units, args.reps).items():
+        units["c_abi"] = gpu_timing.repeat(c_abi, inner)
+    dist.barrier()
+    for mode, (ms, us) in gpu_timing.time_in_turn(units, args.reps).items():
         extra = {"host_us": statistics.median(us) / inner} if mode == "eager" else {}
         results.append(point(name, shape, mode, [t / inner for t in ms], flops, calls_per_timing=inner, **extra))
         log(results[-1])

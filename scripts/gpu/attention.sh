@@ -42,14 +42,14 @@ if [[ -z "${SKIP_KERNEL:-}" ]]; then
   [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
 fi
 echo "== bench (torch SDPA's cuDNN backend and xstage's kernel, in turn)" | tee -a "$LOG"
-timeout 150 python3 tools/attention_cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
+timeout 150 python3 tools/attention/cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
 cudnn_rc=${PIPESTATUS[0]}
 [[ $cudnn_rc -ne 0 ]] && { echo "cuDNN bench failed: rc=$cudnn_rc" | tee -a "$LOG"; status=1; }
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
 
 echo "== summary (check rc=$check_rc)" | tee -a "$LOG"
 if [[ -f "$OUT/bench_xstage.json" && -f "$OUT/bench_cudnn.json" ]]; then
-  python3 tools/attention_merge.py "$OUT/bench_xstage.json" "$OUT/bench_cudnn.json" --markdown "$OUT/summary.md" 2>&1 | tee -a "$LOG"
+  python3 tools/attention/merge_bench.py "$OUT/bench_xstage.json" "$OUT/bench_cudnn.json" --markdown "$OUT/summary.md" 2>&1 | tee -a "$LOG"
 fi
 echo "== compute-sanitizer (attention check --quick)" | tee -a "$LOG"
 : > "$OUT/sanitizer.log"

@@ -8,7 +8,7 @@
 #                       megamoe-wave --cluster-m 2; megamoe-interleaved)
 #   MOE_POWER_TRIALS    timed trials per call (default 400: several seconds of steady load)
 # Writes ${OUT:-out}/moe_power.log and moe_power.tar.gz (per variant: bench JSON, nvidia-smi CSV);
-# tools/power_summary.py prints the table.
+# tools/moe/power_summary.py prints the table.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -34,7 +34,7 @@ for v in "${!VARIANTS[@]}"; do
   kill "$smi"; wait "$smi" 2>/dev/null
   echo "${VARIANTS[$v]}" > "$OUT/power/v$v.variant"
 done
-python3 tools/power_summary.py "$OUT/power" || failures=$((failures+1))
+python3 tools/moe/power_summary.py "$OUT/power" || failures=$((failures+1))
 tar -C "$OUT/power" -czf "$OUT/moe_power.tar.gz" . && rm -rf "$OUT/power"
 step "done: $failures failure(s)"
 exit $((failures > 0))

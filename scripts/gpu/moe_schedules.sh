@@ -5,11 +5,11 @@
 #   2. per grid file of MOE_SCHED_CONFIGS (default: configs/moe_heldout.json and configs/moe_grid.json), `xstage
 #      moe bench` with every fused schedule and megamoe-auto, then the same with M-pairs (--cluster-m 2), one seed
 #      for both, into <grid name>/bench.json and bench-m-pairs.json: the six variants the rule chooses among, and
-#      what it chose, in the same run (tools/moe_auto_eval.py <that folder> <the committed plan> scores it);
+#      what it chose, in the same run (tools/moe/auto_eval.py <that folder> <the committed plan> scores it);
 #   3. the interleaved schedule's lead D swept on the DeepSeek-V3-like layer (D_knee is the default);
 #   4. with an instrumented build (XSTAGE_STATS_BIN=<dir with xstage built with -DXSTAGE_MOE_STATS=ON>): the
 #      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and
-#      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe_trace.py; needs matplotlib).
+#      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe/trace_figures.py; needs matplotlib).
 # MOE_SCHED_TRIALS (default 20) sets the trials per configuration. On a device with a per-command time limit, run
 # the grid files in separate calls (MOE_SCHED_CONFIGS=configs/moe_heldout.json, then configs/moe_grid.json).
 # Everything lands in ${OUT:-out}/: moe_schedules.log and moe_schedules.tar.gz.
@@ -60,7 +60,7 @@ if [ -n "${XSTAGE_STATS_BIN:-}" ]; then
   timed "trace DeepSeek-V3-like" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" \
     --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
     --trace "$W/trace" --out "$W/trace_dsv3_bench.json" || failures=$((failures+1))
-  python3 tools/moe_trace.py "$W/trace" --out "$W/trace_figures" || failures=$((failures+1))
+  python3 tools/moe/trace_figures.py "$W/trace" --out "$W/trace_figures" || failures=$((failures+1))
   xz -9 "$W"/trace/*.json
 fi
 

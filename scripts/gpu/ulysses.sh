@@ -7,8 +7,8 @@
 #   3. 1000 fused launches back to back, the output poisoned before each (real ranks and 2 virtual ranks);
 #   4. compute-sanitizer memcheck and racecheck on the small shapes;
 #   5. the sweep (`ulysses bench`): FA-only, A2A-only, serial, fused (TMA and st.global), the whole layer, the
-#      audit's predictions; and what users run today, cuDNN SDPA + NCCL all-to-all (tools/ulysses_torch_bench.py);
-#   6. the table (Table 3 analog) and the figure (Fig. 11 analog) from the raw JSON (tools/ulysses_report.py).
+#      audit's predictions; and what users run today, cuDNN SDPA + NCCL all-to-all (tools/attention/ulysses_torch_bench.py);
+#   6. the table (Table 3 analog) and the figure (Fig. 11 analog) from the raw JSON (tools/attention/ulysses_report.py).
 # ULYSSES_QUICK=1 trims the sweep to M = 8192, 16384, 32768 and d = 128. Everything lands in ${OUT:-out}/:
 # ulysses.log (the whole log) and ulysses.tar.gz (JSON, sanitizer logs, table, figure).
 set -uo pipefail
@@ -60,13 +60,13 @@ step "xstage attention ulysses bench ${SWEEP[*]}"
 timed "bench" -- timeout 400 "$X" attention ulysses bench --gpus "$GPUS" "${SWEEP[@]}" --out "$W/bench.json" || failures=$((failures+1))
 
 step "cuDNN SDPA + NCCL all-to-all (torch), the same shapes"
-if [ -f tools/ulysses_torch_bench.py ]; then
-  timed "torch bench" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" tools/ulysses_torch_bench.py "${SWEEP[@]}" \
+if [ -f tools/attention/ulysses_torch_bench.py ]; then
+  timed "torch bench" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" tools/attention/ulysses_torch_bench.py "${SWEEP[@]}" \
     --out "$W/bench_torch.json" || failures=$((failures+1))
 fi
 
 step "table and figure"
-python3 tools/ulysses_report.py --bench "$W/bench.json" --torch "$W/bench_torch.json" --out "$W" || failures=$((failures+1))
+python3 tools/attention/ulysses_report.py --bench "$W/bench.json" --torch "$W/bench_torch.json" --out "$W" || failures=$((failures+1))
 
 tar -C "$W" -czf "$OUT/ulysses.tar.gz" . && rm -rf "$W"
 step "done: $failures failure(s)"

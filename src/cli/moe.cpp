@@ -754,7 +754,7 @@ void add_moe_command(CLI::App& app) {
                     "layer's time the power limit sets");
   bench->add_option("--trace", args->trace_dir,
                     "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
-                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe_trace.py plots it)");
+                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe/trace_figures.py plots it)");
   bench->callback([args] {
     if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto";
     spawn_or_run(*args, false);

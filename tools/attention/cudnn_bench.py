@@ -5,7 +5,7 @@ Backends: torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDP
 for context, FLASH_ATTENTION, on [batch, heads, M, d] contiguous inputs as torch expects; and xstage's kernel
 through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<build>/libxstage_c.so) on the
 same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
-take turns rep by rep in a rotated order (tools/gpu_timing.py: the H200's power-capped clock follows its recent
+take turns rep by rep in a rotated order (tools/common/timing.py: the H200's power-capped clock follows its recent
 load, so backends timed one after the other would differ by the clock too), each timing one replay of a CUDA
 graph of back-to-back calls filling >= 2 ms after an untimed replay (GPU time: torch's SDPA dispatch takes more
 host time than the smallest kernels here). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
@@ -13,6 +13,7 @@ A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded wi
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gpu_timing import calls_per_timing, captured, time_in_turn, warm_up
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common.timing import calls_per_timing, captured, time_in_turn, warm_up  # noqa: E402
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 
@@ -94,8 +96,8 @@ def main():
                         rec["error"] = str(e).splitlines()[0][:300]
                         print(f"{name:>7} {d:>5} {h:>6} {m:>7}  error: {rec['error']}", flush=True)
                 timed = time_in_turn({name: graph.replay for name, (graph, _) in units.items()}, args.reps)
-                for name, (ms, _) in timed.items():
-                    times = [t / units[name][1] for t in ms]
+                for name, timings in timed.items():
+                    times = [t / units[name][1] for t in timings.ms]
                     t = statistics.median(times)
                     records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
                                          times_ms=times)

@@ -10,7 +10,7 @@ q = k = v = [1, 128, 1, 64] bf16 so that the GPU never holds the host back:
               pieces of xstage's op body (tensor descriptors, output allocation), the C ABI on prepared tensors,
               the registered op and the public function
 
-    python3 tools/host_costs.py --out host_costs.json
+    python3 tools/python/host_costs.py --out host_costs.json
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 configuration, as a distribution (geometric mean, median, min, max), a plot and a table that says for each
 configuration where interleaving loses why, from the kernel's own counters.
 
-Usage: tools/moe_fig8.py BENCH --out DIR
-  BENCH  a run's moe.tar.gz (./bench.json, and ./bench-m-pairs.json if the run has it) or a bench.json
+Usage: tools/moe/fig8.py BENCH --out DIR
+  BENCH  a run (its folder or its moe.tar.xz: bench.json, and bench-m-pairs.json if the run has it) or a bench.json
   DIR    gets fig8.png and fig8.md
 
 Speedup = expert-wave time / interleaved time, both from the same `xstage moe bench` call (the kernel's defaults:
@@ -19,25 +19,23 @@ expert-wave, rank 0's last trial, clock64 µs) of
 and the largest positive one is named.
 """
 import argparse
-import json
 import math
 import os
-import tarfile
+import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
+
 
 def load(path, member):
-    if path.endswith(".tar.gz"):
-        with tarfile.open(path) as t:
-            for m in ("./" + member, member):
-                if m in t.getnames():
-                    return json.load(t.extractfile(m))
-        return None
-    return json.load(open(path)) if member == "bench.json" else None
+    if results.is_run(path):
+        return results.Run(path).json(member)
+    return results.load_json(path) if member == "bench.json" else None
 
 
 def pairs(doc):
@@ -88,7 +86,7 @@ def main():
     series = {k: v for k, v in series.items() if v}
     os.makedirs(a.out, exist_ok=True)
 
-    md = ["# Interleaved over expert-wave on the grid (paper Fig. 8)", "", f"`tools/moe_fig8.py {a.bench} --out {a.out}`", "",
+    md = ["# Interleaved over expert-wave on the grid (paper Fig. 8)", "", f"`tools/moe/fig8.py {a.bench} --out {a.out}`", "",
           "Speedup = expert-wave ms / interleaved ms, same bench call. default: interleaved on CTA pairs where the tiles pair up,",
           "expert-wave on single CTAs (the kernel's defaults); M-pairs: both with --cluster-m 2 (where they apply).", "",
           "| series | configurations | geomean | median | min | max | interleaved faster |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -147,7 +145,7 @@ def main():
         ax.set_title(f"{name}: geomean {s['geomean']:.3f}, median {s['median']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}; "
                      f"interleaved faster on {s['wins']} of {s['n']} (blue bf16, orange fp8, hatched skewed routing)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "fig8.png"), dpi=90, pil_kwargs={"optimize": True})
+    results.save_png(fig, os.path.join(a.out, "fig8.png"), dpi=90)
     print("\n".join(md[:16]))
 
 

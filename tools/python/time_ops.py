@@ -9,7 +9,7 @@ same shapes run in the same session:
   moe        xstage.moe on the DeepSeek-V3-like layer (h 7168, h_inter 2048, E 256, top-8, 4096 tokens per
              rank, bf16; balanced routing as `xstage moe bench`), EP = the job's ranks (1 in a plain run).
 
-Protocol (tools/gpu_timing.py), per point: the GPU is kept busy with the op for --warmup-ms (1 s before the
+Protocol (tools/common/timing.py), per point: the GPU is kept busy with the op for --warmup-ms (1 s before the
 first point); a timing covers back-to-back calls filling >= 2 ms (as `xstage attention bench` does), after an
 untimed repeat of itself; each of --reps rounds times every mode once, the modes taking turns in a rotated order,
 so that all see the same clock (this H200 is power-capped and its clock swings by 10% within seconds). The
@@ -20,8 +20,8 @@ median per call is reported; the host's per-call work hides behind the kernels a
          torch's dispatch, the Python checks and the output allocation add shows as eager / c_abi.
 Writes everything as JSON to --out.
 
-    python3 tools/time_ops.py --out /tmp/time_ops.json
-    torchrun --standalone --nproc-per-node 2 tools/time_ops.py --out /tmp/time_ops_p2.json
+    python3 tools/python/time_ops.py --out /tmp/time_ops.json
+    torchrun --standalone --nproc-per-node 2 tools/python/time_ops.py --out /tmp/time_ops_p2.json
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ import time
 import torch
 import torch.distributed as dist
 
-import gpu_timing
-import xstage
-from xstage import _capi, _tensors
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import timing  # noqa: E402
+import xstage  # noqa: E402
+from xstage import _capi, _tensors  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -61,20 +62,20 @@ _first_point = True
 
 def time_point(name, shape, fn, flops, args, results, c_abi=None):
     """Warm-up, then the modes eager, graph and (when c_abi, a callable launching the same kernel through the C
-    ABI, is given) c_abi of fn, taking turns (tools/gpu_timing.py), with the same calls per timing; appends one
+    ABI, is given) c_abi of fn, taking turns (tools/common/timing.py), with the same calls per timing; appends one
     point per mode."""
     global _first_point
-    gpu_timing.warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
+    timing.warm_up(fn, 1000.0 if _first_point else args.warmup_ms)
     _first_point = False
-    inner = gpu_timing.calls_per_timing(fn)
-    graph = gpu_timing.captured(fn, inner)
-    units = {"eager": gpu_timing.repeat(fn, inner), "graph": graph.replay}
+    inner = timing.calls_per_timing(fn)
+    graph = timing.captured(fn, inner)
+    units = {"eager": timing.repeat(fn, inner), "graph": graph.replay}
     if c_abi is not None:
-        units["c_abi"] = gpu_timing.repeat(c_abi, inner)
+        units["c_abi"] = timing.repeat(c_abi, inner)
     dist.barrier()
-    for mode, (ms, us) in gpu_timing.time_in_turn(units, args.reps).items():
-        extra = {"host_us": statistics.median(us) / inner} if mode == "eager" else {}
-        results.append(point(name, shape, mode, [t / inner for t in ms], flops, calls_per_timing=inner, **extra))
+    for mode, t in timing.time_in_turn(units, args.reps).items():
+        extra = {"host_us": statistics.median(t.host_us) / inner} if mode == "eager" else {}
+        results.append(point(name, shape, mode, [ms / inner for ms in t.ms], flops, calls_per_timing=inner, **extra))
         log(results[-1])
     del graph
 

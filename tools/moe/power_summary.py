@@ -1,28 +1,24 @@
 #!/usr/bin/env python3
 """Power and SM clock per implementation, from scripts/gpu/moe_power.sh's output.
 
-Usage: tools/power_summary.py DIR   (or a moe_power.tar.gz): v<i>.variant, v<i>.json (bench), v<i>.csv (nvidia-smi)
+Usage: tools/moe/power_summary.py RUN   (its folder or its moe_power.tar.xz): v<i>.variant, v<i>.json (bench), v<i>.csv
+       (nvidia-smi)
 
 Per variant and GPU, over the samples of the timed part (the samples whose power is at least half of the
 call's highest reading, which drops the set-up, the untimed first run and the idle gaps): how many, the median
 and 90th-percentile power, the median SM clock, and the share of those samples flagged with the software power
 cap (the driver's "SW power cap" clock event reason). With the bench's median layer time beside it.
 """
+import argparse
 import csv
 import io
 import json
 import os
 import statistics
 import sys
-import tarfile
 
-
-def read_members(path):
-    if os.path.isdir(path):
-        return {name: open(os.path.join(path, name), encoding="utf-8").read() for name in os.listdir(path)
-                if os.path.isfile(os.path.join(path, name))}
-    with tarfile.open(path) as tar:
-        return {os.path.basename(m.name): tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def number(text):
@@ -53,12 +49,14 @@ def percentile(values, q):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: tools/power_summary.py DIR|moe_power.tar.gz")
-    files = read_members(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", help="the folder scripts/gpu/moe_power.sh filled, or its moe_power.tar.xz")
+    a = ap.parse_args()
+    run = results.Run(a.run)
+    files = {name: run.text(name) for name in run.names()}
     variants = sorted(int(n[1:-8]) for n in files if n.startswith("v") and n.endswith(".variant"))
     if not variants:
-        sys.exit(f"{sys.argv[1]}: no v<i>.variant files")
+        sys.exit(f"{a.run}: no v<i>.variant files")
     print(f"{'variant':40s} {'median ms':>9s} {'gpu':>3s} {'samples':>7s} {'W p50':>6s} {'W p90':>6s} {'MHz p50':>7s} {'power cap':>9s}")
     for v in variants:
         name = files[f"v{v}.variant"].strip()

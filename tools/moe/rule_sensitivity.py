@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
 """What each term of the MegaMoE schedule rule contributes on a measured grid: the rule as shipped, then with one
 constant replaced (`xstage plan moe --grid GRID --choose --json --rule NAME=VALUE`), each scored like
-tools/moe_auto_eval.py (ratio = best measured / measured time of the chosen variant, per configuration).
+tools/moe/auto_eval.py (ratio = best measured / measured time of the chosen variant, per configuration).
 
-Usage: tools/moe_rule_sensitivity.py XSTAGE GRID BENCH [--out FILE]
+Usage: tools/moe/rule_sensitivity.py XSTAGE GRID BENCH [--out FILE]
   XSTAGE  the built binary (build/xstage)
   GRID    the bench grid (configs/moe_grid.json)
-  BENCH   the run's moe.tar.gz (bench.json + bench-m-pairs.json)
+  BENCH   the run (its folder or its moe.tar.xz: bench.json + bench-m-pairs.json)
 """
 import argparse
 import json
-import os
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_auto_eval as ev  # noqa: E402
+import auto_eval as ev
 
 VARIANTS = [
     ("the rule as shipped", []),
@@ -45,8 +42,8 @@ def main():
     a = ap.parse_args()
     _, measured = ev.load_bench(a.bench)
     lines = ["# The schedule rule with one term changed", "",
-             f"`tools/moe_rule_sensitivity.py {a.xstage} {a.grid} {a.bench}`: each row runs",
-             f"`xstage plan moe --grid {a.grid} --choose --json [--rule NAME=VALUE ...]` and scores it like tools/moe_auto_eval.py.", "",
+             f"`tools/moe/rule_sensitivity.py {a.xstage} {a.grid} {a.bench}`: each row runs",
+             f"`xstage plan moe --grid {a.grid} --choose --json [--rule NAME=VALUE ...]` and scores it like tools/moe/auto_eval.py.", "",
              "| rule | --rule | geomean | median | min | >= 0.98 | >= 0.95 |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, overrides in VARIANTS:
         cmd = [a.xstage, "plan", "moe", "--grid", a.grid, "--choose", "--json"] + sum((["--rule", o] for o in overrides), [])

@@ -1,32 +1,31 @@
 #!/usr/bin/env python3
 """The MoE audit's per-tile predictions against the fused kernel's per-tile trace.
 
-Usage: tools/moe_trace_vs_audit.py TRACE_DIR PLAN [--out FILE] [--dt-json FILE]
+Usage: tools/moe/trace_vs_audit.py TRACE_DIR PLAN [--out FILE] [--dt-json FILE]
   TRACE_DIR  `xstage moe bench --trace DIR` from an instrumented build (CMake -DXSTAGE_MOE_STATS=ON): one JSON per
              configuration and implementation, rank 0's last trial (format: src/cli/moe.cpp, write_trace)
   PLAN       `xstage plan moe --grid <the same grid> --choose --json` (plain or .xz): the audit per schedule
-  --dt-json  also write {config: {schedule: predicted Δt per Linear-2 tile in µs}} for tools/moe_trace.py --predictions
+  --dt-json  also write {config: {schedule: predicted Δt per Linear-2 tile in µs}} for tools/moe/trace_figures.py --predictions
              (its schedule key is the implementation's first word: expert-wave, pipelined waves and M-pairs share one)
 
-Per Linear-2 tile, measured (cycles to ns with each CTA's anchors, as tools/moe_trace.py does) against the audit's
+Per Linear-2 tile, measured (cycles to ns with each CTA's anchors, as tools/moe/trace_figures.py does) against the audit's
 prediction for the same schedule on the balanced load:
   T_RS     staged -> last store issued (the drain record's issued - staged): the span the MMA can see
-  T_fence  staged -> stores drained (drained - staged; tools/moe_trace.py calls this T_RS)
+  T_fence  staged -> stores drained (drained - staged; tools/moe/trace_figures.py calls this T_RS)
   T_cover  this tile staged (epilogue end) -> the mainloop end of the CTA's Linear-2 tile S later (S staging slots:
            1 at b_n = 256, 2 at 128)
   dt       the consumers' wait for a free staging slot (the tile record's staging_wait), and the share of tiles > 0
   K_act    CTAs with staged <= t < drained at each tile's staged time t, itself included
 """
 import argparse
-import glob
 import json
-import lzma
 import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_auto_eval as ev  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
+import auto_eval as ev  # noqa: E402  (beside this file)
 
 
 def to_ns_fn(anchors):
@@ -55,8 +54,6 @@ def measure(doc, slots):
                     rec["T_cover"] = to_ns(l2[j + slots][3]) - to_ns(l2[j][4])
             tiles.append(rec)
             spans.append((staged, drained))
-    spans.sort()
-    starts = [s for s, _ in spans]
     for rec in tiles:  # K_act: draining at this tile's staged time (itself included)
         t = rec["staged"]
         rec["K_act"] = sum(1 for s, e in spans if s <= t < e)
@@ -85,11 +82,11 @@ def main():
     a = ap.parse_args()
     plan = ev.load_plan(a.plan)
     out = ["# The audit's per-tile predictions against the kernel's trace", "",
-           f"`tools/moe_trace_vs_audit.py {a.trace_dir} {a.plan}`; predicted (balanced load) / measured (rank 0, last trial), µs.", "",
+           f"`tools/moe/trace_vs_audit.py {a.trace_dir} {a.plan}`; predicted (balanced load) / measured (rank 0, last trial), µs.", "",
            "| config | variant | T_RS mean | T_RS p90 | T_fence mean | T_cover min | dt/tile mean | tiles with dt > 0 | K_act mean |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for path in sorted(glob.glob(os.path.join(a.trace_dir, "*.json"))):
-        doc = json.load(open(path))
+    for path in results.matching(a.trace_dir, "*.json"):
+        doc = results.load_json(path)
         impl, config = doc.get("impl", ""), doc.get("config", "")
         v = ev.variant_of(impl, "m-pairs" in impl)
         key, _ = ev.plan_key(config)
@@ -116,7 +113,7 @@ def main():
         dt = {}
         for key, p in plan.items():
             for s in p["schedules"]:
-                name = s["variant"]["name"].split()[0]  # tools/moe_trace.py's key: the implementation's first word
+                name = s["variant"]["name"].split()[0]  # tools/moe/trace_figures.py's key: the implementation's first word
                 for routing in ("balanced", "skewed"):
                     parts = key.split("/")
                     dt.setdefault("/".join(parts[:2] + [routing] + parts[2:]), {}).setdefault(name, s["combine"]["stall_ns"]["mean"] / 1e3)

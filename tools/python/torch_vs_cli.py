@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sets each op's time through torch (time_ops.py) beside the same kernel's time through the CLI, round by round.
 
-    python3 tools/torch_vs_cli.py DIR
+    python3 tools/python/torch_vs_cli.py DIR
 
 DIR holds, per round i, time_ops_<i>.json, attention_bench_<i>.json and moe_bench_<i>.json (written, interleaved, by
 scripts/gpu/torch_vs_cli.sh), and optionally clocks.csv (nvidia-smi samples of the SM clock and power meanwhile).
@@ -13,18 +13,17 @@ files are missing or a point of one is absent from the other.
 
 from __future__ import annotations
 
+import argparse
 import csv
-import glob
+import io
 import json
 import os
 import re
 import statistics
 import sys
 
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def attention_cli(doc):
@@ -46,10 +45,12 @@ def moe_cli(doc):
 
 def clocks(path):
     """(min, median, max) of the SM clock in MHz and of the power in W over the samples, or None."""
-    if not os.path.isfile(path):
+    try:
+        text = results.read_text(path)
+    except FileNotFoundError:
         return None
     mhz, watts = [], []
-    with open(path) as f:
+    with io.StringIO(text) as f:
         for row in csv.DictReader(f, skipinitialspace=True):
             try:
                 mhz.append(float(row["clocks.current.sm [MHz]"].split()[0]))
@@ -63,20 +64,23 @@ def clocks(path):
 
 
 def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: torch_vs_cli.py DIR (a folder with time_ops_<i>.json, attention_bench_<i>.json, moe_bench_<i>.json)")
-    d = sys.argv[1]
-    rounds = sorted(int(re.search(r"_(\d+)\.json$", p).group(1)) for p in glob.glob(os.path.join(d, "time_ops_*.json")))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", help="a folder with time_ops_<i>.json, attention_bench_<i>.json, moe_bench_<i>.json")
+    d = ap.parse_args().dir
+    if not os.path.isdir(d):
+        ap.error(f"{d} is not a folder")
+    rounds = sorted(int(re.search(r"_(\d+)\.json", p).group(1)) for p in results.matching(d, "time_ops_*.json"))
     if not rounds:
         sys.exit(f"torch_vs_cli.py: no time_ops_<i>.json in {d}")
     rows = {}
     for i in rounds:
         paths = {k: os.path.join(d, f"{k}_{i}.json") for k in ("time_ops", "attention_bench", "moe_bench")}
-        missing = [p for p in paths.values() if not os.path.isfile(p)]
-        if missing:
-            sys.exit(f"torch_vs_cli.py: round {i}: missing {', '.join(missing)}")
-        ops = load(paths["time_ops"])["results"]
-        att, moe = attention_cli(load(paths["attention_bench"])), moe_cli(load(paths["moe_bench"]))
+        try:
+            docs = {k: results.load_json(p) for k, p in paths.items()}
+        except FileNotFoundError as e:
+            sys.exit(f"torch_vs_cli.py: round {i}: {e}")
+        ops = docs["time_ops"]["results"]
+        att, moe = attention_cli(docs["attention_bench"]), moe_cli(docs["moe_bench"])
         for r in ops:
             if r["op"] == "flash_attention" and (r["shape"]["heads"], r["shape"]["head_dim"]) in att and r["shape"]["seqlen"] == 8192:
                 key, cli = f"flash_attention 1x8192 heads {r['shape']['heads']} d {r['shape']['head_dim']}", att[(r["shape"]["heads"], r["shape"]["head_dim"])]

@@ -11,21 +11,19 @@ CMake -DXSTAGE_MOE_STATS=ON) as the paper shows them:
                       mean, median, p90, fraction of tiles that waited), beside the audit's prediction when
                       --predictions names a JSON of {config: {schedule: Δt_us}} (paper Table 2).
 
-    python3 tools/moe_trace.py DIR [--predictions FILE] --out OUTDIR
+    python3 tools/moe/trace_figures.py DIR [--predictions FILE] --out OUTDIR
 
 Cycle stamps convert to ns per CTA with the frequency its two anchors give (clock64 and %globaltimer read
 together at the CTA's start and end), so every CTA lands on one timeline.
 """
 import argparse
-import glob
 import json
 import os
 import statistics
+import sys
 
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def schedule_of(impl):
@@ -71,10 +69,10 @@ def main():
     ap.add_argument("--ctas", type=int, default=16, help="CTAs drawn in each timeline (default 16)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    docs = [load(p) for p in sorted(glob.glob(os.path.join(args.trace_dir, "*.json")))]
+    docs = [results.load_json(p) for p in results.matching(args.trace_dir, "*.json")]
     if not docs:
         raise SystemExit(f"no trace JSON in {args.trace_dir} (run `xstage moe bench --trace DIR` from an instrumented build)")
-    pred = load(args.predictions) if args.predictions else {}
+    pred = results.load_json(args.predictions) if args.predictions else {}
     rows, by_config = [], {}
     for d in docs:
         s = summarize(d)
@@ -114,7 +112,7 @@ def main():
     ax.set_ylabel("fraction of tiles")
     ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "fig10.png"), dpi=140)
+    results.save_png(fig, os.path.join(args.out, "fig10.png"), dpi=140)
     # Fig. 9: timelines, one figure per configuration, one panel per schedule.
     for cfg, runs in sorted(by_config.items()):
         fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)), squeeze=False)
@@ -134,7 +132,7 @@ def main():
         axes[-1, 0].set_xlabel("µs since the first CTA started")
         fig.tight_layout()
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in cfg)
-        fig.savefig(os.path.join(args.out, f"fig9_{safe}.png"), dpi=130)
+        results.save_png(fig, os.path.join(args.out, f"fig9_{safe}.png"), dpi=130)
         plt.close(fig)
 
 

@@ -3,10 +3,10 @@
 predictions against the kernel's own counters.
 
 Usage:
-  tools/moe_auto_eval.py BENCH PLAN [--out DIR]
+  tools/moe/auto_eval.py BENCH PLAN [--out DIR]
 
-  BENCH  a run's moe.tar.gz holding ./bench.json and ./bench-m-pairs.json (`xstage moe bench`, the second with
-         --cluster-m 2), or a folder holding those two files
+  BENCH  a run (its folder or its archive, moe.tar.xz or moe_schedules.tar.xz) holding bench.json and
+         bench-m-pairs.json (`xstage moe bench`, the second with --cluster-m 2)
   PLAN   `xstage plan moe --grid <the grid> --choose --json` for the same grid (plain or .xz)
   --out  write evaluation.md and audit-vs-measured.md there (default: print evaluation.md)
 
@@ -19,11 +19,12 @@ the fixed choices (the kernel's default interleaved, expert-wave everywhere) and
 """
 import argparse
 import json
-import lzma
 import math
 import os
 import sys
-import tarfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 VARIANTS = ["expert-wave", "pipelined waves", "interleaved", "expert-wave m-pairs", "pipelined waves m-pairs",
             "interleaved m-pairs"]
@@ -38,15 +39,8 @@ def variant_of(impl, m_pairs):
 
 
 def load_bench(path):
-    docs = {}
-    for name in ("bench.json", "bench-m-pairs.json"):
-        if path.endswith(".tar.gz"):
-            with tarfile.open(path) as t:
-                member = "./" + name if "./" + name in t.getnames() else name
-                docs[name] = json.load(t.extractfile(member)) if member in t.getnames() else None
-        else:
-            p = os.path.join(path, name)
-            docs[name] = json.load(open(p)) if os.path.exists(p) else None
+    run = results.Run(path)
+    docs = {name: run.json(name) for name in ("bench.json", "bench-m-pairs.json")}
     if docs["bench.json"] is None:
         sys.exit(f"{path}: no bench.json")
     measured = {}  # config -> variant -> result
@@ -61,9 +55,7 @@ def load_bench(path):
 
 
 def load_plan(path):
-    raw = lzma.open(path).read() if path.endswith(".xz") else open(path, "rb").read()
-    doc = json.loads(raw)
-    return {c["config"]: c for c in doc["configs"]}
+    return {c["config"]: c for c in results.load_json(path)["configs"]}
 
 
 def plan_key(config):
@@ -162,8 +154,8 @@ def summary_line(name, ratios):
 
 
 def evaluation_md(rows, measured, bench_path, plan_path):
-    out = [f"# The schedule rule against the measured grid", "",
-           f"`tools/moe_auto_eval.py {bench_path} {plan_path}`", "",
+    out = ["# The schedule rule against the measured grid", "",
+           f"`tools/moe/auto_eval.py {bench_path} {plan_path}`", "",
            "ratio = best measured of the six variants / measured time of the variant chosen (1.000: the rule found the best).",
            "The rule chooses before routing is known (balanced load), so both routings of a shape get the same choice.", "",
            "| choice | geomean | median | min | >= 0.98 | >= 0.95 |", "|---|---:|---:|---:|---:|---:|",

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """The MoE results table of README.md / docs/MOE.md from one `xstage moe bench` JSON.
 
-Usage: tools/moe_table.py results/h200x2/moe/<run>/bench.json [bench-m-pairs.json]
-       (or a moe.tar.gz holding ./bench.json and, if the run made one, ./bench-m-pairs.json)
+Usage: tools/moe/table.py BENCH [BENCH_M_PAIRS]
+  BENCH  a bench.json (plain or .xz), or a run (its folder or its moe.tar.xz) holding bench.json and, if the run
+         made one, bench-m-pairs.json
 
 One row per configuration: the unfused baseline, each fused schedule (the fastest in bold), the best fused
 time against the unfused one, and its TFLOP/s; then how many configurations the fused layer wins and which
 schedule wins how often. With a second bench (the same grid with `--cluster-m 2`), one more column: its best
 fused time and the speedup over the unfused time measured in that same call.
 """
-import json
+import argparse
+import os
 import re
 import sys
-import tarfile
 from collections import Counter
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 SCHEDULES = [("expert-wave", "wave"), ("pipelined", "pipelined"), ("interleaved", "interleaved")]
 
@@ -26,14 +30,8 @@ def schedule_of(impl):
     return "wave" if "expert-wave" in impl else "interleaved"
 
 
-def load(path, member="./bench.json"):
-    if path.endswith(".tar.gz"):
-        with tarfile.open(path) as t:
-            if member not in t.getnames():
-                return None
-            return json.load(t.extractfile(member))
-    with open(path) as f:
-        return json.load(f)
+def load(path, member="bench.json"):
+    return results.Run(path).json(member) if results.is_run(path) else results.load_json(path)
 
 
 def by_config(doc):
@@ -45,11 +43,15 @@ def by_config(doc):
 
 
 def main():
-    rows = by_config(load(sys.argv[1]))
-    if len(sys.argv) > 2:
-        m_pairs = by_config(load(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bench")
+    ap.add_argument("bench_m_pairs", nargs="?")
+    a = ap.parse_args()
+    rows = by_config(load(a.bench))
+    if a.bench_m_pairs:
+        m_pairs = by_config(load(a.bench_m_pairs))
     else:
-        m_pairs = by_config(load(sys.argv[1], "./bench-m-pairs.json")) if sys.argv[1].endswith(".tar.gz") else {}
+        m_pairs = by_config(load(a.bench, "bench-m-pairs.json")) if results.is_run(a.bench) else {}
     extra = " M-pairs best ms (vs its unfused) |" if m_pairs else ""
     print("| config (h-h_inter-E-k / tokens per rank / routing / dtype) | tile | unfused ms | expert-wave ms | "
           "pipelined ms | interleaved ms | best fused vs unfused | best fused TFLOP/s |" + extra)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Plots of `xstage calibrate` artefacts, equivalent to Fig. 3 (a-d) of the X-Stage paper.
 
-    python3 tools/plot_calibration.py --samples samples.csv --platform platform.json --out DIR
-    python3 tools/plot_calibration.py --samples samples.csv --platform platform.json --summary
+    python3 tools/calibration/plot.py --samples samples.csv --platform platform.json --out DIR
+    python3 tools/calibration/plot.py --samples samples.csv --platform platform.json --summary
 
 Per store path in the platform file, writes DIR/fig3_<path>.png (the four panels) and one PNG per panel:
   (a) fig3a_<path>.png  issue time vs gap, one fit K and one held-out K, remote and local control,
@@ -14,15 +14,20 @@ Per store path in the platform file, writes DIR/fig3_<path>.png (the four panels
 Model lines use the platform file alone (no refit). T_iss0(K, B) is interpolated exactly as
 xstage::calibration::interpolate_T_iss0_ns does (src/calibration/fit.cpp): linear in B per grid K,
 end segment extended outside, then linear in K, clamped outside the grid K.
-Inputs: the samples CSV written by write_samples_csv (src/calibration/measurement.cpp) and the
+Inputs (plain or xz-compressed, as results/ keeps them): the samples CSV written by write_samples_csv
+(src/calibration/measurement.cpp) and the
 "xstage.platform/1" JSON described in src/model/platform.hpp.
 """
 import argparse
 import csv
+import io
 import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 MIB = 1024.0 * 1024.0
 US = 1000.0  # ns per microsecond
@@ -43,9 +48,11 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------------
 
 def read_samples(path):
-    if not os.path.isfile(path):
-        raise UsageError(f"samples CSV '{path}' does not exist")
-    with open(path, newline="") as f:
+    try:
+        text = results.read_text(path)
+    except FileNotFoundError:
+        raise UsageError(f"samples CSV '{path}' does not exist") from None
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         missing = [c for c in (*INT_COLUMNS, *FLOAT_COLUMNS, *WORD_COLUMNS) if c not in (reader.fieldnames or [])]
         if missing:
@@ -120,11 +127,10 @@ class Triple:
 
 
 def read_platform(path):
-    if not os.path.isfile(path):
-        raise UsageError(f"platform file '{path}' does not exist")
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        doc = results.load_json(path)
+    except FileNotFoundError:
+        raise UsageError(f"platform file '{path}' does not exist") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"platform file '{path}' is not valid JSON: {e}") from None
     if doc.get("schema") != "xstage.platform/1":
@@ -302,7 +308,7 @@ def plot_path(name, triple, samples, args):
     fig.suptitle(f"X-Stage calibration, {name}: R = {triple.R:.0f} GB/s")
     fig.tight_layout()
     out = os.path.join(args.out, f"fig3_{name}.png")
-    fig.savefig(out, dpi=130)
+    results.save_png(fig, out, dpi=130)
     plt.close(fig)
     written.append(out)
     for letter, draw in panels.items():
@@ -310,7 +316,7 @@ def plot_path(name, triple, samples, args):
         draw(ax)
         fig.tight_layout()
         out = os.path.join(args.out, f"fig3{letter}_{name}.png")
-        fig.savefig(out, dpi=130)
+        results.save_png(fig, out, dpi=130)
         plt.close(fig)
         written.append(out)
     return written
@@ -373,7 +379,7 @@ def main(argv=None):
         for name, triple in platform.items():
             mine = [s for s in samples if s["path"] == name]
             if not mine:
-                print(f"plot_calibration: no samples for store path {name}; skipped", file=sys.stderr)
+                print(f"calibration/plot.py: no samples for store path {name}; skipped", file=sys.stderr)
                 continue
             if args.summary:
                 summary(name, triple, mine)
@@ -381,10 +387,10 @@ def main(argv=None):
                 for f in plot_path(name, triple, mine, args):
                     print(f)
     except UsageError as e:
-        print(f"plot_calibration: error: {e}", file=sys.stderr)
+        print(f"calibration/plot.py: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"plot_calibration: error: {e}", file=sys.stderr)
+        print(f"calibration/plot.py: error: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Joins `xstage attention bench` JSON with tools/attention_cudnn_bench.py JSON into one table: TFLOP/s of xstage
+"""Joins `xstage attention bench` JSON with tools/attention/cudnn_bench.py JSON (plain or .xz) into one table: TFLOP/s of xstage
 (the CLI's), cuDNN (and torch's flash backend), and per point the ratio xstage / cuDNN two ways: the CLI's time
 against cuDNN's from the other process, and (where the torch JSON has an xstage backend) xstage's kernel timed in
 turn with cuDNN in one process, which the GPU's clock cannot bias."""
 import argparse
-import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def main():
@@ -13,8 +17,8 @@ def main():
     ap.add_argument("torch_json")
     ap.add_argument("--markdown", default="")
     a = ap.parse_args()
-    ours = json.load(open(a.xstage_json))
-    theirs = json.load(open(a.torch_json))
+    ours = results.load_json(a.xstage_json)
+    theirs = results.load_json(a.torch_json)
     base = {}
     for p in theirs["points"]:
         base[(p["backend"], p["head_dim"], p["heads"], p["seqlen"])] = p.get("tflops")

@@ -4,7 +4,7 @@ all-to-all with NCCL (torch.distributed.all_to_all_single) and its transposes, o
 `xstage attention ulysses bench`.
 
 Run under torchrun, one process per GPU (P = world size):
-    torchrun --standalone --nproc-per-node P tools/ulysses_torch_bench.py --seqlens 8192,16384 --heads 4,12 \
+    torchrun --standalone --nproc-per-node P tools/attention/ulysses_torch_bench.py --seqlens 8192,16384 --heads 4,12 \
         --head-dims 128 --out bench_torch.json
 Per rank: head-sharded q, k, v [B, H/P, M, d] (what the pre-attention all-to-all leaves); timed:
   sdpa       the attention alone (cuDNN backend);

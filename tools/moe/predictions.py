@@ -4,11 +4,14 @@
 the kernel's injection (K_act, phase spread, T_RS, T_cover, the stall per tile, what binds) beside the aligned
 closed form's verdict at K_SM and at the predicted K_act.
 
-Usage: tools/moe_predictions.py PLAN [--out FILE]
+Usage: tools/moe/predictions.py PLAN [--out FILE]
 """
 import argparse
-import json
-import lzma
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def us(ns):
@@ -20,8 +23,7 @@ def main():
     ap.add_argument("plan")
     ap.add_argument("--out")
     a = ap.parse_args()
-    raw = lzma.open(a.plan).read() if a.plan.endswith(".xz") else open(a.plan, "rb").read()
-    doc = json.loads(raw)
+    doc = results.load_json(a.plan)
     out = [f"# Predictions: {doc.get('grid', '')}", "",
            f"From `{a.plan}` (platform {doc['platform']['file'].split('/')[-1]}, store path {doc['platform']['store_path']}).",
            "Balanced load; the audit's lockstep without tile-time jitter. Per schedule: K_act mean/max (CTAs draining a",

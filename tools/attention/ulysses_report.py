@@ -3,19 +3,17 @@
 E_res = T_fused - T_FA, hiding = (T_serial - T_fused) / (T_serial - T_FA), speedup = T_serial / T_fused, and
 the layer's second half against cuDNN SDPA + NCCL all-to-all) and a Fig. 11 analog (E_res / T_FA over M with
 the X-Stage prediction and the completion-coupled counterfactual), from `xstage attention ulysses bench`'s
-JSON and, optionally, tools/ulysses_torch_bench.py's.
+JSON and, optionally, tools/attention/ulysses_torch_bench.py's.
 
-    python3 tools/ulysses_report.py --bench bench.json [--torch bench_torch.json] --out DIR
+    python3 tools/attention/ulysses_report.py --bench bench.json [--torch bench_torch.json] --out DIR
 Writes DIR/table.md and DIR/fig11.png (the figure needs matplotlib; the table does not).
 """
 import argparse
-import json
 import os
+import sys
 
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
 
 
 def main():
@@ -24,11 +22,13 @@ def main():
     ap.add_argument("--torch", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    bench = load(args.bench)
+    bench = results.load_json(args.bench)
     torch_rows = {}
-    if args.torch and os.path.exists(args.torch):
-        for r in load(args.torch)["results"]:
+    try:  # the torch bench is optional: the script names its file whether or not it ran
+        for r in results.load_json(args.torch)["results"] if args.torch else []:
             torch_rows[(r["head_dim"], r["heads_per_rank"], r["seqlen"])] = r
+    except FileNotFoundError:
+        pass
     os.makedirs(args.out, exist_ok=True)
     P = bench["ranks"]
     lines = [f"P = {P} rank(s). Times in µs per call (median over trials of the max over ranks). "
@@ -77,7 +77,7 @@ def main():
     ax.axhline(0, color="grey", lw=0.5)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "fig11.png"), dpi=150)
+    results.save_png(fig, os.path.join(args.out, "fig11.png"), dpi=150)
 
 
 if __name__ == "__main__":

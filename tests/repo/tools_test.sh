@@ -4,9 +4,10 @@
 # committed raw files (the command line it records left out). Nothing is written into the source tree.
 #
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
-#     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_predictions | moe_traces |
-#             moe_power | attention | ulysses | torch_vs_cli
+#     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
+#             moe_predictions | moe_traces | moe_power | attention | ulysses | torch_vs_cli
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
+#     XSTAGE  the built binary (moe_rule_sensitivity runs `xstage plan moe`)
 set -euo pipefail
 
 case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
@@ -55,6 +56,10 @@ case "$case_name" in
     run tools/moe/auto_eval.py $moe/run44-final/moe.tar.xz $moe/predictions/grid-plan.json.xz --out "$tmp/auto"
     same_report "$tmp/auto/evaluation.md" $moe/auto-rule/evaluation.md 3
     same_report "$tmp/auto/audit-vs-measured.md" $moe/auto-rule/audit-vs-measured.md ;;
+  moe_rule_sensitivity)  # `xstage plan moe` with one rule constant changed at a time, scored on run44
+    xstage=${4:?moe_rule_sensitivity needs the xstage binary}
+    run tools/moe/rule_sensitivity.py "$xstage" configs/moe_grid.json $moe/run44-final/moe.tar.xz --out "$tmp/sensitivity.md"
+    same_report "$tmp/sensitivity.md" $moe/auto-rule/sensitivity.md 3 ;;
   moe_predictions)
     run tools/moe/predictions.py $moe/predictions/heldout-plan.json.xz --out "$tmp/heldout.md"
     same_report "$tmp/heldout.md" $moe/predictions/heldout.md 3 ;;

@@ -56,17 +56,24 @@ def is_archive(path: str) -> bool:
 
 
 class Run:
-    """One run's raw files, from its folder or its archive (`moe.tar.xz`, `moe.tar.gz`, ...)."""
+    """One run's raw files, from its archive (`moe.tar.xz`, `moe.tar.gz`, ...) or its folder; a folder's members
+    include those of the archives in it (results/<...>/run44-final/ holds moe.tar.xz: its bench.json is the run's)."""
 
     def __init__(self, path: str):
         self.path = path
         self._members = {}  # name (no "./", compression suffix kept) -> bytes, as stored
         if os.path.isdir(path):
+            archives = []
             for root, _dirs, files in os.walk(path):
-                for name in files:
+                for name in sorted(files):
                     full = os.path.join(root, name)
                     with open(full, "rb") as f:
                         self._members[os.path.relpath(full, path)] = f.read()
+                    if is_archive(full):
+                        archives.append(full)
+            for archive in archives:  # the folder's own files win over an archive's of the same name
+                for name, data in Run(archive)._members.items():
+                    self._members.setdefault(name, data)
         elif is_archive(path):
             with tarfile.open(path) as tar:
                 for m in tar.getmembers():

@@ -6,7 +6,7 @@
 #      headroom from a third, xstage through the Python package and the C library (tools/attention/cudnn_bench.py);
 #   4. the merged table (tools/attention/merge_bench.py: summary.md);
 #   5. compute-sanitizer memcheck, racecheck and synccheck on `attention check --quick`.
-# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+# Knobs: XSTAGE_BUILD and OUT (scripts/gpu/env.sh), and the argument
 #   --quick-bench  the benches at M = 8192 and 32768, 12 heads only
 # Writes $OUT/attention.log and $OUT/attention.tar.xz (check.json, bench_xstage.json, bench_cudnn.json,
 # summary.md, sanitizer.log).

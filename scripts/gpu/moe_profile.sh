@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Where the fused MoE kernel's time goes, as hardware counters, on a GPU machine: Nsight Compute on ONE GPU with the 2-GPU
-# headline's per-rank load (configs/moe_profile_p1.json: 128 local experts x 256 rows, h 7168, h_inter 2048,
-# bf16). One GPU because ncu replays a kernel several times to read all counters, and a replayed kernel
+# Where the fused MoE kernel's time goes, as hardware counters, on a GPU machine: Nsight Compute on ONE GPU with
+# the 2-GPU headline's per-rank load (configs/moe_profile_p1.json: 128 local experts x 256 rows, h 7168, h_inter
+# 2048, bf16). One GPU because ncu replays a kernel several times to read all counters, and a replayed kernel
 # that waits for a peer's stores would wait alone. Per fused schedule (and the unfused layer's cuBLAS GEMMs
 # for the same expert shape): DRAM bytes and throughput, L2 hit rate and throughput, tensor-pipe activity,
 # shared-memory traffic, the SM clock. Also a plain `xstage moe bench` of the same config (times and the

@@ -17,7 +17,6 @@ X="$XSTAGE_BUILD/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 XSTAGE_C_LIBRARY=$(realpath -m "$XSTAGE_BUILD/libxstage_c.so")
 export XSTAGE_C_LIBRARY PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
 # The binaries link libnccl.so.2; on machines where NCCL comes from PyPI, point the loader at it.
 if NCCL_PIP_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null); then
   export LD_LIBRARY_PATH="$NCCL_PIP_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -28,8 +27,8 @@ if CUBLAS_PIP_LIB=$(python3 -c "import glob, os, site; c = [os.path.dirname(p) f
 elif [ -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 fi
-# log_to NAME: everything the script prints from here on also goes to $OUT/NAME.log.
-log_to() { exec > >(tee "$OUT/$1.log") 2>&1; }
+# log_to NAME: everything the script prints from here on also goes to $OUT/NAME.log (OUT created).
+log_to() { mkdir -p "$OUT" && exec > >(tee "$OUT/$1.log") 2>&1; }
 # pack DIR NAME: DIR's files into $OUT/NAME.tar.xz (xz -9e: results/ keeps archives as they are), then DIR removed.
 pack() { tar -C "$1" -cf - . | xz -9e -T0 > "$OUT/$2.tar.xz" && rm -rf "$1"; }
 # require_build: stop with a clear message when the binaries are not there.

@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
+import statistics
 import sys
 import time
 
@@ -42,7 +44,8 @@ from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, _get_qkv_projections
 
-from timing import time_in_turn
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from common.timing import time_in_turn  # noqa: E402  (tools/common/timing.py, shared with the tools)
 
 TESTED_DIFFUSERS = "0.42.1"
 
@@ -247,9 +250,10 @@ def main(argv=None):
         for name in backends:
             model.set_attn_processor(processors[name])
             outputs[name] = model(**inputs_bf16)[0].float()
-        timed = time_in_turn({name: lambda: model(**inputs_bf16) for name in backends}, device, args.warmup, args.iters,
+        timed = time_in_turn({name: lambda: model(**inputs_bf16) for name in backends}, args.iters, start="idle",
+                             warmup=args.warmup, device=device,
                              prepare={name: (lambda p=processors[name]: model.set_attn_processor(p)) for name in backends})
-        forward_ms = {name: {"median": median, "samples": samples} for name, (median, samples) in timed.items()}
+        forward_ms = {name: {"median": statistics.median(t.ms), "samples": t.ms} for name, t in timed.items()}
         for name, t in forward_ms.items():
             print(f"{name:>6}: forward {t['median']:.2f} ms (median of {args.iters}, backends in turn)")
         if device.type == "cpu":
@@ -266,11 +270,13 @@ def main(argv=None):
         q, k, v = (torch.randn(args.batch, seq, args.heads, args.head_dim, generator=g).to(device, torch.bfloat16)
                    for _ in range(3))
         calls = {"sdpa": lambda: sdpa_bshd(q, k, v), "xstage": lambda: xstage_attention(q, k, v)}
-        timed = time_in_turn({name: calls[name] for name in backends}, device, args.warmup, max(args.iters, 20))
+        timed = time_in_turn({name: calls[name] for name in backends}, max(args.iters, 20), start="idle", warmup=args.warmup,
+                             device=device)
         flops = 4 * args.batch * args.heads * seq * seq * args.head_dim
         attention_ms = {}
-        for name, (median, samples) in timed.items():
-            attention_ms[name] = {"median": median, "samples": samples, "tflops": flops / (median * 1e-3) / 1e12}
+        for name, t in timed.items():
+            median = statistics.median(t.ms)
+            attention_ms[name] = {"median": median, "samples": t.ms, "tflops": flops / (median * 1e-3) / 1e12}
             print(f"{name:>6}: one attention {median:.3f} ms ({attention_ms[name]['tflops']:.0f} TFLOP/s)")
 
     errors = {}

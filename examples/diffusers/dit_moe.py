@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +42,8 @@ import diffusers
 from diffusers import HiDreamImageTransformer2DModel
 from diffusers.models.transformers.transformer_hidream_image import MOEFeedForwardSwiGLU
 
-from timing import time_in_turn
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from common.timing import time_in_turn  # noqa: E402  (tools/common/timing.py, shared with the tools)
 
 TESTED_DIFFUSERS = "0.42.1"
 PATHS = ("torch", "xstage", "xstage-fp8")
@@ -243,7 +245,7 @@ def main(argv=None):
             runs[path] = lambda m=swapped: m(**to_bf16)
         for name, run in runs.items():
             outputs[name] = run()[0].float()
-        forward_ms = time_in_turn(runs, device, args.warmup, args.iters)
+        forward_ms = time_in_turn(runs, args.iters, start="idle", warmup=args.warmup, device=device)
 
     errors = {}
     for name, out in outputs.items():
@@ -254,7 +256,8 @@ def main(argv=None):
     for name in ("xstage", "xstage-fp8"):
         if name in outputs and "torch" in outputs:
             errors[f"{name}_vs_torch"] = global_max(rel_l2(outputs[name], outputs["torch"]), device)
-    times = {k: {"median": m, "median_max_over_ranks": global_max(m, device), "samples": s} for k, (m, s) in forward_ms.items()}
+    times = {k: {"median": statistics.median(t.ms), "median_max_over_ranks": global_max(statistics.median(t.ms), device),
+                 "samples": t.ms} for k, t in forward_ms.items()}
     speedup = {}
     if "torch" in times:
         for name in ("xstage", "xstage-fp8"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -44,12 +45,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import diffusers  # noqa: E402
 from diffusers import FluxTransformer2DModel  # noqa: E402
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor  # noqa: E402
 
 from dit_attention import TESTED_DIFFUSERS, XstageFluxAttnProcessor, cast_inputs, make_inputs, rel_l2, rope_axes  # noqa: E402
-from timing import time_in_turn  # noqa: E402
+from common.timing import time_in_turn  # noqa: E402  (tools/common/timing.py, shared with the tools)
 
 BACKENDS = ("reference", "xstage", "xstage-serial", "torch-a2a", "diffusers")
 
@@ -210,7 +212,7 @@ def main(argv=None):
             prepare[name] = lambda p=processor: model.set_attn_processor(p)
             prepare[name]()
             outputs[name], runs[name] = run().float(), run
-        timed = time_in_turn(runs, device, args.warmup, args.iters, prepare)
+        timed = time_in_turn(runs, args.iters, start="idle", warmup=args.warmup, prepare=prepare, device=device)
         if "diffusers" in backends:
             from diffusers import ContextParallelConfig
 
@@ -218,10 +220,10 @@ def main(argv=None):
             model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P))
             run = lambda: model(**inputs)[0]  # noqa: E731
             outputs["diffusers"] = run().float()
-            timed.update(time_in_turn({"diffusers": run}, device, args.warmup, args.iters))
+            timed.update(time_in_turn({"diffusers": run}, args.iters, start="idle", warmup=args.warmup, device=device))
         forward_ms = {}
         for name in backends:
-            median, samples = timed[name]
+            median, samples = statistics.median(timed[name].ms), timed[name].ms
             forward_ms[name] = {"median": median, "median_max_over_ranks": global_max(median, device), "samples": samples}
             say(f"{name:>14}: forward {median:.2f} ms (median of {args.iters}, rank 0)")
 

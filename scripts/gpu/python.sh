@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# On a GPU machine: xstage from PyTorch (docs/PYTHON.md). Needs the C library (XSTAGE_C_LIBRARY, default
-# .carry/python/libxstage_c.so, else build/libxstage_c.so) and, where PyPI cannot be reached, the wheels
-# examples/diffusers/README.md lists in $XSTAGE_WHEELS (installed with --no-deps into a scratch folder on
-# PYTHONPATH, next to the machine's own torch).
+# xstage from PyTorch (docs/PYTHON.md) on a GPU machine (any number of GPUs; one is enough):
 #   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
 #      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
-#   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh; here
-#      $ROUNDS rounds, default 1);
+#   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh, its own
+#      log and archive beside this script's; here ROUNDS rounds, default 1);
 #   3. the diffusers examples: Flux with xstage.flash_attention against SDPA, the Ulysses DiT (every visible
 #      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch, at EP = 1 and over
 #      every GPU.
-# Everything lands in ${OUT:-out}/: python.log and python.tar.gz (the JSONs and logs).
+# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+#   XSTAGE_WHEELS  where PyPI cannot be reached: a folder with the wheels examples/diffusers/README.md lists
+#                  (those this Python lacks are installed with --no-deps into /tmp/xstage-site, on PYTHONPATH,
+#                  next to the machine's own torch)
+#   ROUNDS         rounds of step 2 (default 1)
+# Writes $OUT/python.log and $OUT/python.tar.xz (pytest.xml, the examples' JSONs), and step 2's
+# $OUT/torch_vs_cli.log and $OUT/torch_vs_cli.tar.xz.
+#
+#   bash scripts/gpu/python.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; W="$OUT/python"; mkdir -p "$W"
-exec > >(tee "$OUT/python.log") 2>&1
-export PYTHONUNBUFFERED=1
-X="$XSTAGE_BIN_DIR/xstage"
-GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$PWD/$LIB PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+log_to python
+W="$OUT/python"; mkdir -p "$W"
+require_build "$X" "$XSTAGE_C_LIBRARY"
 if [ -n "${XSTAGE_WHEELS:-}" ]; then
-  # Only the distributions this Python lacks: a carried wheel must not shadow a package the machine has (its
+  # Only the distributions this Python lacks: a wheel from that folder must not shadow a package the machine has (its
   # transformers pins huggingface-hub below 2, say).
   missing=$(python3 - "$XSTAGE_WHEELS" <<'PY'
 import glob, importlib.metadata as md, os, re, sys
@@ -52,7 +53,7 @@ if [ "$GPUS" -ge 2 ]; then
     -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
 fi
 
-ROUNDS=${ROUNDS:-1} OUT="$W" bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
+ROUNDS=${ROUNDS:-1} bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
 
 step "diffusers examples"
 timed "flux + flash_attention" -- timeout 300 python3 examples/diffusers/dit_attention.py --out "$W/dit_attention.json" \
@@ -65,6 +66,6 @@ if [ "$GPUS" -ge 2 ]; then
     examples/diffusers/dit_moe.py --out "$W/dit_moe_ep$GPUS.json" || failures=$((failures+1))
 fi
 
-tar -C "$W" -czf "$OUT/python.tar.gz" . && rm -rf "$W"
+pack "$W" python
 step "done: $failures failure(s)"
 exit $((failures > 0))

@@ -1,52 +1,53 @@
 #!/usr/bin/env bash
-# A/B experiment on the GPU machine: several builds of `xstage` (binaries .carry-attn/xstage_<NAME>,
-# each with a different kernel configuration) run the full correctness check, then the d=64 (and
-# optionally d=128) bench in interleaved rounds, with cuDNN re-measured alongside; prints a table of
-# median TFLOP/s per variant and point. Everything goes to $OUT/variants.log and $OUT/variants.tgz.
+# A/B of builds of the attention kernel, in one process and in turn: every NAME=BUILD_DIR's libxstage_c.so is
+# loaded beside the others (tools/attention_cudnn_bench.py --xstage-lib) and timed in turn with cuDNN (and
+# FlashAttention-4 where importable) on the same inputs, after each build's own `xstage attention check`.
+# Separate processes one after the other would compare the H200's power-capped clock as much as the kernels.
 #
-#   OUT=/tmp/out scripts/gpu/attention_variants.sh "A B C" [head_dims] [rounds]
+#   scripts/gpu/attention_variants.sh OUTDIR NAME=BUILD_DIR [NAME=BUILD_DIR ...]
+#     SHAPES   'dit' (default) or 'B,M,H,d;...'        REPS   timings per backend and shape (default 15)
+#     EXTRA    more backends to time beside them (default: cudnn, and fa4 if flash_attn.cute imports)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-VARIANTS=${1:-A}
-HEAD_DIMS=${2:-64}
-ROUNDS=${3:-2}
-OUT=${OUT:-/tmp/xstage-attention-variants}
-W="$OUT/work"
-mkdir -p "$W"
-export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-LOG="$OUT/variants.log"
-nvidia-smi --query-gpu=index,name,driver_version,clocks.sm --format=csv | tee "$LOG"
-for v in $VARIANTS; do
-  timeout 60 ".carry-attn/xstage_$v" attention check > "$W/check_$v.log" 2>&1
-  echo "variant $v check rc=$? :: $(tail -1 "$W/check_$v.log")" | tee -a "$LOG"
+source scripts/gpu/env.sh
+OUTDIR=${1:?usage: attention_variants.sh OUTDIR NAME=BUILD_DIR ...}; shift
+(($#)) || { echo "attention_variants: name at least one NAME=BUILD_DIR" >&2; exit 2; }
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/variants.log"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$LOG"
+libs=() backends=()
+for item in "$@"; do
+  name=${item%%=*} dir=${item#*=}
+  [ -x "$dir/xstage" ] && [ -f "$dir/libxstage_c.so" ] || { echo "attention_variants: $dir has no xstage and libxstage_c.so" | tee -a "$LOG"; exit 2; }
+  timeout 120 "$dir/xstage" attention check > "$OUTDIR/check_$name.log" 2>&1
+  echo "$name: xstage attention check exit $? :: $(tail -n 1 "$OUTDIR/check_$name.log")" | tee -a "$LOG"
+  libs+=(--xstage-lib "$name=$dir/libxstage_c.so") backends+=("xstage:$name")
 done
-for r in $(seq 1 "$ROUNDS"); do
-  for v in $VARIANTS; do
-    timeout 90 ".carry-attn/xstage_$v" attention bench --head-dims "$HEAD_DIMS" --reps 15 --json "$W/bench_${v}_$r.json" >> "$W/bench.log" 2>&1
-    echo "round $r variant $v rc=$?" | tee -a "$LOG"
-  done
-  timeout 90 python3 tools/attention_cudnn_bench.py --head-dims "$HEAD_DIMS" --backends cudnn --reps 15 \
-    --json "$W/bench_cudnn_$r.json" >> "$W/bench.log" 2>&1
-  echo "round $r cudnn rc=$?" | tee -a "$LOG"
-done
-python3 - "$W" "$VARIANTS" "$ROUNDS" <<'PY' | tee -a "$LOG"
-import json, statistics, sys, os
-w, variants, rounds = sys.argv[1], sys.argv[2].split() + ["cudnn"], int(sys.argv[3])
-table = {}
-for v in variants:
-    for r in range(1, rounds + 1):
-        path = os.path.join(w, f"bench_{v}_{r}.json")
-        if not os.path.exists(path):
-            continue
-        for p in json.load(open(path))["points"]:
-            if "tflops" in p:
-                table.setdefault((p["head_dim"], p["heads"], p["seqlen"]), {}).setdefault(v, []).append(p["tflops"])
-print("d heads M | " + " | ".join(f"{v:>14}" for v in variants) + "   (median over rounds, [min-max])")
-for key in sorted(table):
+extra=${EXTRA:-cudnn$(python3 -c "import flash_attn.cute.interface" 2>/dev/null && echo ,fa4)}
+first=${1#*=}
+XSTAGE_C_LIBRARY="$first/libxstage_c.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" \
+  python3 tools/attention_cudnn_bench.py --shapes "${SHAPES:-dit}" --reps "${REPS:-15}" "${libs[@]}" \
+  --backends "$(IFS=,; echo "${backends[*]}"),$extra" --json "$OUTDIR/bench.json" 2>&1 | tee -a "$LOG"
+python3 - "$OUTDIR/bench.json" <<'PY' | tee "$OUTDIR/summary.md"
+import json, math, sys
+doc = json.load(open(sys.argv[1]))
+shapes, table = [], {}
+for p in doc["points"]:
+    if p["shape"] not in table:
+        shapes.append(p["shape"]); table[p["shape"]] = {}
+    table[p["shape"]][p["backend"]] = p.get("tflops")
+backends = list(dict.fromkeys(p["backend"] for p in doc["points"]))
+base = backends[0]
+print("TFLOP/s, timed in turn (ratio to " + base + ")\n")
+print("| shape | " + " | ".join(backends) + " |"); print("|---|" + "---:|" * len(backends))
+logs = {b: [] for b in backends}
+for s in shapes:
     row = []
-    for v in variants:
-        xs = table[key].get(v, [])
-        row.append(f"{statistics.median(xs):6.1f} [{min(xs):.0f}-{max(xs):.0f}]" if xs else " " * 14)
-    print(f"{key[0]} {key[1]} {key[2]} | " + " | ".join(row))
+    for b in backends:
+        t, t0 = table[s].get(b), table[s].get(base)
+        row.append("error" if t is None else f"{t:.0f}" + (f" ({t / t0:.3f})" if b != base and t0 else ""))
+        if t is not None and t0:
+            logs[b].append(math.log(t / t0))
+    print(f"| {s} | " + " | ".join(row) + " |")
+print("| geomean vs " + base + " | " + " | ".join(f"{math.exp(sum(v) / len(v)):.3f}" if v else "" for v in logs.values()) + " |")
 PY
-tar czf "$OUT/variants.tgz" -C "$OUT" work && rm -rf "$W"

@@ -14,7 +14,11 @@ A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded wi
 More backends: `fa4` (FlashAttention-4's CuTe-DSL kernels, `flash_attn.cute.interface.flash_attn_func`, where
 importable; JIT-compiled per shape during the warm-up, on [batch, M, heads, d] like xstage), and `xstage:NAME` for
 every `--xstage-lib NAME=PATH`: another build of libxstage_c.so loaded beside the package's, so that two builds of
-the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above).
+the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above). A
+second copy of the library runs eagerly but its launches crashed when replayed from a CUDA graph (an illegal
+address on the H200, even for an identical copy of the package's library), so such runs take `--timing eager`:
+each timing is then back-to-back eager calls filling >= 2 ms, which matches the graph replay for kernels of
+>= 0.1 ms (the C ABI's host time per call is ~13 us).
 Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
 the DiT shapes of docs/ATTENTION.md.
 """
@@ -29,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gpu_timing import calls_per_timing, captured, time_in_turn, warm_up
+from gpu_timing import calls_per_timing, captured, repeat, time_in_turn, warm_up
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 # [batch, M, heads, d] of DiT attention layers at their usual resolutions (video shapes: one 480p / 720p clip).
@@ -130,6 +134,8 @@ def main():
                     help="comma-separated: cudnn, flash, fa4, xstage, xstage:NAME (a --xstage-lib), taking turns")
     ap.add_argument("--xstage-lib", action="append", default=[], metavar="NAME=PATH",
                     help="another build of libxstage_c.so, timed as backend xstage:NAME (repeatable)")
+    ap.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                    help="graph: each timing replays a CUDA graph of the calls; eager: back-to-back eager calls")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     libs = {}
@@ -142,6 +148,8 @@ def main():
     unknown = [b for b in args.backends.split(",") if b not in known]
     if unknown:
         ap.error(f"--backends: unknown {', '.join(unknown)} (choose from {', '.join(known)})")
+    if libs and args.timing == "graph":
+        ap.error("--xstage-lib needs --timing eager (a second copy of the library crashed under CUDA-graph replay)")
     libs = {name: load_xstage_library(path) for name, path in libs.items()}
     if args.shapes is None:
         args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d))
@@ -177,11 +185,11 @@ def main():
                 warm_up(fn, 1000.0 if first else args.warmup_ms)
                 first = False
                 inner = calls_per_timing(fn)
-                units[name] = (captured(fn, inner), inner)
+                units[name] = (captured(fn, inner).replay if args.timing == "graph" else repeat(fn, inner), inner)
             except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                 rec["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                 print(f"{name:>14} {label:>22}  error: {rec['error']}", flush=True)
-        timed = time_in_turn({name: graph.replay for name, (graph, _) in units.items()}, args.reps)
+        timed = time_in_turn({name: unit for name, (unit, _) in units.items()}, args.reps)
         for name, (ms, _) in timed.items():
             times = [t / units[name][1] for t in ms]
             t = statistics.median(times)
@@ -200,7 +208,10 @@ def main():
         "xstage_libs": dict(item.partition("=")[::2] for item in args.xstage_lib),
         "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
         "protocol": "per point the backends take turns rep by rep (order rotated); each timing one replay of a CUDA "
-                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call",
+                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call"
+                    if args.timing == "graph" else
+                    "per point the backends take turns rep by rep (order rotated); each timing back-to-back eager calls "
+                    "filling >= 2 ms, after an untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "points": points,
     }

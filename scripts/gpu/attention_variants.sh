@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A/B of builds of the attention kernel, in one process and in turn: every NAME=BUILD_DIR's libxstage_c.so is
 # loaded beside the others (tools/attention_cudnn_bench.py --xstage-lib) and timed in turn with cuDNN (and
-# FlashAttention-4 where importable) on the same inputs, after each build's own `xstage attention check`.
+# FlashAttention-4 where importable) on the same inputs, after each build's own `xstage attention check`. Eager
+# calls, not CUDA graphs (tools/attention_cudnn_bench.py says why); name one build twice (A=dir B=dir) for the
+# noise floor of the comparison.
 # Separate processes one after the other would compare the H200's power-capped clock as much as the kernels.
 #
 #   scripts/gpu/attention_variants.sh OUTDIR NAME=BUILD_DIR [NAME=BUILD_DIR ...]
@@ -26,7 +28,7 @@ done
 extra=${EXTRA:-cudnn$(python3 -c "import flash_attn.cute.interface" 2>/dev/null && echo ,fa4)}
 first=${1#*=}
 XSTAGE_C_LIBRARY="$first/libxstage_c.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" \
-  python3 tools/attention_cudnn_bench.py --shapes "${SHAPES:-dit}" --reps "${REPS:-15}" "${libs[@]}" \
+  python3 tools/attention_cudnn_bench.py --timing eager --shapes "${SHAPES:-dit}" --reps "${REPS:-15}" "${libs[@]}" \
   --backends "$(IFS=,; echo "${backends[*]}"),$extra" --json "$OUTDIR/bench.json" 2>&1 | tee -a "$LOG"
 python3 - "$OUTDIR/bench.json" <<'PY' | tee "$OUTDIR/summary.md"
 import json, math, sys

@@ -31,7 +31,7 @@ for shape in "${shapes[@]}"; do
       timeout 300 ncu --clock-control none --target-processes all -k "${KERNEL[$b]}" --launch-skip 40 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
       --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
-      --metrics sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed.sum \
+      --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed.sum \
       python3 tools/attention_cudnn_bench.py --shapes "$shape" --backends "$b" --reps 2 --warmup-ms 50 \
       > "$OUTDIR/$name.txt" 2>&1
     echo "exit $?: $(grep -E 'Duration|SM Frequency|Tensor|Issue Slots Busy' "$OUTDIR/$name.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-400)"

@@ -23,7 +23,8 @@ struct FlashFwdKernel {
   using Mainloop = MainloopSm90<Config>;
   using Epilogue = Epilogue_<Config>;
   using Scheduler = StaticPersistentTileScheduler;
-  using PipelineKV = typename Mainloop::PipelineKV;
+  using PipelineK = typename Mainloop::PipelineK;
+  using PipelineV = typename Mainloop::PipelineV;
 
   struct Params {
     typename Mainloop::Params mainloop;
@@ -51,21 +52,22 @@ struct FlashFwdKernel {
       Mainloop::init_q_barriers(smem.mainloop);
     }
 
-    typename PipelineKV::Params pipeline_params;
+    // K and V pipelines differ only in depth: PipelineTmaAsync's parameters do not depend on it.
+    typename PipelineK::Params pipeline_params;
     pipeline_params.transaction_bytes = Config::kKVBlockBytes;
-    pipeline_params.role = is_producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
+    pipeline_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
     pipeline_params.is_leader = threadIdx.x == 0;
     pipeline_params.num_consumers = Config::kNumMmaThreads;
-    PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
-    PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineK pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
     __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
 
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
       if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
-        auto k_state = cutlass::make_producer_start_state<PipelineKV>();
-        auto v_state = cutlass::make_producer_start_state<PipelineKV>();
+        auto k_state = cutlass::make_producer_start_state<PipelineK>();
+        auto v_state = cutlass::make_producer_start_state<PipelineV>();
         int iteration = 0;
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
@@ -77,10 +79,11 @@ struct FlashFwdKernel {
       cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
       const int thread_idx = threadIdx.x - 128;
       const int consumer_group = warp_group - 1;
-      typename PipelineKV::PipelineState k_state, v_state;
+      typename Mainloop::StateK k_state;
+      typename Mainloop::StateV v_state;
       typename Config::TiledMmaPV tiled_mma_pv;
       Tensor tOrO = partition_fragment_C(tiled_mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
-      OnlineSoftmax<2> softmax(params.mainloop.softmax_scale);
+      OnlineSoftmax<2, Config::kNumMmaWarpGroups == 2 ? 4 : 1> softmax(params.mainloop.softmax_scale);
       float lse[2];
 
       Mainloop::Turns::give_first_turn(consumer_group);

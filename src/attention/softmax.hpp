@@ -37,7 +37,7 @@ CUTE_DEVICE float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int kRows>
+template <int kRows, int kChains_>
 struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
   float scale_log2;  // softmax_scale * log2(e)
@@ -46,11 +46,15 @@ struct OnlineSoftmax {
 
   // Row max and row sum as kChains independent partial reductions, combined pairwise at the end: one running
   // value over a thread's b_n/4 columns is a chain of b_n/4 dependent FMNMX (FADD) instructions, whose latency
-  // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs.
-  static constexpr int kChains = 4;
+  // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers:
+  // the kernel takes 4 with two consumer warpgroups (240 registers each) and 1 with three (160).
+  static constexpr int kChains = kChains_;
+  static_assert(kChains == 1 || kChains == 2 || kChains == 4, "1, 2 or 4 reduction chains");
   template <class Op>
   CUTE_DEVICE static float combine_chains(float (&chain)[kChains], Op op) {
-    return op(op(chain[0], chain[1]), op(chain[2], chain[3]));
+    if constexpr (kChains == 4) return op(op(chain[0], chain[1]), op(chain[2], chain[3]));
+    else if constexpr (kChains == 2) return op(chain[0], chain[1]);
+    else return chain[0];
   }
 
   CUTE_DEVICE explicit OnlineSoftmax(float softmax_scale) : scale_log2(softmax_scale * float(M_LOG2E)) {}

@@ -40,6 +40,17 @@ struct FlashFwdKernel {
   static constexpr int kSharedStorageBytes = int(sizeof(SharedStorage));
   static constexpr int kNumThreads = Config::kNumThreads;
 
+  // The K and V pipelines differ only in depth.
+  template <class Pipeline>
+  CUTE_DEVICE static typename Pipeline::Params pipeline_params(bool is_producer) {
+    typename Pipeline::Params p;
+    p.transaction_bytes = Config::kKVBlockBytes;
+    p.role = is_producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    p.is_leader = threadIdx.x == 0;
+    p.num_consumers = Config::kNumMmaThreads;
+    return p;
+  }
+
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     using namespace cute;
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -52,14 +63,8 @@ struct FlashFwdKernel {
       Mainloop::init_q_barriers(smem.mainloop);
     }
 
-    // K and V pipelines differ only in depth: PipelineTmaAsync's parameters do not depend on it.
-    typename PipelineK::Params pipeline_params;
-    pipeline_params.transaction_bytes = Config::kKVBlockBytes;
-    pipeline_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
-    pipeline_params.is_leader = threadIdx.x == 0;
-    pipeline_params.num_consumers = Config::kNumMmaThreads;
-    PipelineK pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
-    PipelineV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineK pipeline_k(smem.mainloop.pipeline_k, pipeline_params<PipelineK>(is_producer), Shape<_1, _1, _1>{});
+    PipelineV pipeline_v(smem.mainloop.pipeline_v, pipeline_params<PipelineV>(is_producer), Shape<_1, _1, _1>{});
     __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
 
     const Scheduler& scheduler = params.scheduler;

@@ -42,7 +42,7 @@ void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) 
 
 std::string describe(FwdTileShape const& t) {
   std::ostringstream os;
-  os << "b_m=" << t.block_m() << " b_n=" << t.block_n << " stages K " << t.stages_k << " V " << t.stages_v << " ("
+  os << "b_m=" << t.block_m() << " b_n=" << t.block_n << " stages=" << t.stages << " ("
      << t.consumer_warpgroups << " consumer warpgroups)";
   return os.str();
 }

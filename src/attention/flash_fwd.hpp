@@ -31,7 +31,7 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
 // The tile configuration flash_attention_forward picks for `problem` on a GPU with `num_sms` SMs.
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sms);
 
-// For reports: "b_m=128 b_n=192 stages K 4 V 4 (2 consumer warpgroups)".
+// For reports: "b_m=128 b_n=192 stages=3 (2 consumer warpgroups)".
 std::string describe(FwdTileShape const& shape);
 
 namespace detail {

@@ -23,8 +23,7 @@ struct FlashFwdKernel {
   using Mainloop = MainloopSm90<Config>;
   using Epilogue = Epilogue_<Config>;
   using Scheduler = StaticPersistentTileScheduler;
-  using PipelineK = typename Mainloop::PipelineK;
-  using PipelineV = typename Mainloop::PipelineV;
+  using PipelineKV = typename Mainloop::PipelineKV;
 
   struct Params {
     typename Mainloop::Params mainloop;
@@ -40,17 +39,6 @@ struct FlashFwdKernel {
   static constexpr int kSharedStorageBytes = int(sizeof(SharedStorage));
   static constexpr int kNumThreads = Config::kNumThreads;
 
-  // The K and V pipelines differ only in depth.
-  template <class Pipeline>
-  CUTE_DEVICE static typename Pipeline::Params pipeline_params(bool is_producer) {
-    typename Pipeline::Params p;
-    p.transaction_bytes = Config::kKVBlockBytes;
-    p.role = is_producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-    p.is_leader = threadIdx.x == 0;
-    p.num_consumers = Config::kNumMmaThreads;
-    return p;
-  }
-
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     using namespace cute;
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -63,16 +51,21 @@ struct FlashFwdKernel {
       Mainloop::init_q_barriers(smem.mainloop);
     }
 
-    PipelineK pipeline_k(smem.mainloop.pipeline_k, pipeline_params<PipelineK>(is_producer), Shape<_1, _1, _1>{});
-    PipelineV pipeline_v(smem.mainloop.pipeline_v, pipeline_params<PipelineV>(is_producer), Shape<_1, _1, _1>{});
+    typename PipelineKV::Params pipeline_params;
+    pipeline_params.transaction_bytes = Config::kKVBlockBytes;
+    pipeline_params.role = is_producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
+    pipeline_params.is_leader = threadIdx.x == 0;
+    pipeline_params.num_consumers = Config::kNumMmaThreads;
+    PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
     __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
 
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
       if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
-        auto k_state = cutlass::make_producer_start_state<PipelineK>();
-        auto v_state = cutlass::make_producer_start_state<PipelineV>();
+        auto k_state = cutlass::make_producer_start_state<PipelineKV>();
+        auto v_state = cutlass::make_producer_start_state<PipelineKV>();
         int iteration = 0;
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
@@ -84,8 +77,7 @@ struct FlashFwdKernel {
       cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
       const int thread_idx = threadIdx.x - 128;
       const int consumer_group = warp_group - 1;
-      typename Mainloop::StateK k_state;
-      typename Mainloop::StateV v_state;
+      typename PipelineKV::PipelineState k_state, v_state;
       typename Config::TiledMmaPV tiled_mma_pv;
       Tensor tOrO = partition_fragment_C(tiled_mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
       OnlineSoftmax<2, Config::kNumMmaWarpGroups == 2 ? 4 : 1> softmax(params.mainloop.softmax_scale);

@@ -2,7 +2,7 @@
 // of the forward kernel, per head dimension.
 //
 // The numbers themselves (consumer warpgroups, b_n, stages per configuration) are in tile_shapes.hpp.
-// Shared memory: Q (b_m x d), K and V (stages_k and stages_v x b_n x d), O staging (b_m x d), all bf16 with CuTe's
+// Shared memory: Q (b_m x d), K and V (stages x b_n x d), O staging (b_m x d), all bf16 with CuTe's
 // 128-byte-swizzled K-major GMMA atom; Vt is V seen transposed (an MN-major B operand for O += P V).
 #pragma once
 
@@ -15,14 +15,13 @@
 
 namespace xstage::attention {
 
-template <int kHeadDim_, int kBlockN_, int kStagesK_, int kStagesV_, int kNumMmaWarpGroups_>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kNumMmaWarpGroups_>
 struct FlashFwdTileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStagesK = kStagesK_;
-  static constexpr int kStagesV = kStagesV_;
+  static constexpr int kStages = kStages_;
 
   // Warp roles: warpgroup 0 is the producer (one thread issues every TMA load), warpgroups 1..n are the
   // consumers (wgmma + softmax), each owning 64 of the b_m rows.
@@ -55,14 +54,12 @@ struct FlashFwdTileConfig {
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
   using SmemLayoutQ =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutK = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStagesK>>{}));
-  using SmemLayoutV = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStagesV>>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   // V^T (d x b_n x stages): the same bytes as V, indexed transposed.
   using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutV{},
-      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStagesV>>{},
+      SmemLayoutKV{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
   using SmemLayoutO = SmemLayoutQ;
 
@@ -74,8 +71,7 @@ struct FlashFwdTileConfig {
 template <FwdTileConfigId kId>
 struct FlashFwdTileConfigFor {
   static constexpr FwdTileShape kShape = fwd_tile_shape(kId);
-  using type = FlashFwdTileConfig<kShape.head_dim, kShape.block_n, kShape.stages_k, kShape.stages_v,
-                                  kShape.consumer_warpgroups>;
+  using type = FlashFwdTileConfig<kShape.head_dim, kShape.block_n, kShape.stages, kShape.consumer_warpgroups>;
 };
 
 }  // namespace xstage::attention

@@ -2,7 +2,7 @@
 //
 // Producer (thread 0 of warpgroup 0), per tile:
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
-// into a K pipeline and a V pipeline (stages_k and stages_v slots, mbarrier full/empty pairs, CUTLASS
+// into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
 // tile's last P V and epilogue).
@@ -60,18 +60,16 @@ struct MainloopSm90 {
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kStages = Config::kStages;
   using SmemLayoutQ = typename Config::SmemLayoutQ;
-  using SmemLayoutK = typename Config::SmemLayoutK;
-  using SmemLayoutV = typename Config::SmemLayoutV;
+  using SmemLayoutKV = typename Config::SmemLayoutKV;
   using SmemLayoutVt = typename Config::SmemLayoutVt;
   using TiledMmaQK = typename Config::TiledMmaQK;
   using TiledMmaPV = typename Config::TiledMmaPV;
 
   using Turns = IssueTurns<Config::kNumMmaWarpGroups>;
-  using PipelineK = cutlass::PipelineTmaAsync<Config::kStagesK>;
-  using PipelineV = cutlass::PipelineTmaAsync<Config::kStagesV>;
-  using StateK = typename PipelineK::PipelineState;
-  using StateV = typename PipelineV::PipelineState;
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename PipelineKV::PipelineState;
 
   using TileShapeQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
   using TileShapeKV = cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>;
@@ -84,7 +82,7 @@ struct MainloopSm90 {
       cute::SM90_TMA_LOAD{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeBmhd{},
                         GmemStrideBmhd{}),
-      cute::take<0, 2>(SmemLayoutK{}), TileShapeKV{}, cute::_1{}));
+      cute::take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, cute::_1{}));
 
   struct Params {
     TmaLoadQ tma_q;
@@ -96,10 +94,10 @@ struct MainloopSm90 {
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, 1024> v;
-    typename PipelineK::SharedStorage pipeline_k;
-    typename PipelineV::SharedStorage pipeline_v;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    typename PipelineKV::SharedStorage pipeline_k;
+    typename PipelineKV::SharedStorage pipeline_v;
     alignas(8) uint64_t q_full;
     alignas(8) uint64_t q_empty;
   };
@@ -111,8 +109,8 @@ struct MainloopSm90 {
     auto mK = make_gmem_bmhd(static_cast<Element const*>(args.k), p.seqlen_k, kHeadDim, p.heads, p.batch, p.k);
     auto mV = make_gmem_bmhd(static_cast<Element const*>(args.v), p.seqlen_k, kHeadDim, p.heads, p.batch, p.v);
     return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), TileShapeKV{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale};
   }
 
@@ -130,13 +128,13 @@ struct MainloopSm90 {
 
   // ---------------------------------------------------------------------------------------------
   // Producer: one thread. `tile_iteration` counts this CTA's tiles (0 for its first).
-  CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
-                               PipelineV& pipeline_v, StateK& k_state, StateV& v_state,
+  CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
+                               PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
                                TileCoord tile, int tile_iteration) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
-    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
-    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutV{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutKV{});
 
     Tensor mQ = params.tma_q.get_tma_tensor(make_shape(params.seqlen_q, int(kHeadDim), params.heads, params.batch));
     Tensor mK = params.tma_k.get_tma_tensor(make_shape(params.seqlen_k, int(kHeadDim), params.heads, params.batch));
@@ -177,12 +175,12 @@ struct MainloopSm90 {
   // ---------------------------------------------------------------------------------------------
   // Consumers: all threads of warpgroups 1..n; `thread_idx` in [0, kNumMmaThreads).
   template <class FragO, class Softmax>
-  CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
-                              PipelineV& pipeline_v, StateK& k_state, StateV& v_state,
+  CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
+                              PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
                               FragO& tOrO, Softmax& softmax, int thread_idx, int tile_iteration) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
-    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
 
     TiledMmaQK tiled_mma_qk;

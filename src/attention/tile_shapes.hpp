@@ -18,21 +18,19 @@ struct FwdTileShape {
   int head_dim;
   int consumer_warpgroups;  // each owns 64 query rows: b_m = 64 * consumer_warpgroups
   int block_n;              // key/value rows per pipeline stage
-  int stages_k;             // K pipeline depth
-  int stages_v;             // V pipeline depth: V[n] is needed a quarter period after K[n] is freed, so it
-                            // gets the deeper pipeline where shared memory allows (docs/ATTENTION.md)
+  int stages;               // K and V pipeline depth
   constexpr int block_m() const { return 64 * consumer_warpgroups; }
 };
 
 constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) {
   switch (id) {
     case FwdTileConfigId::kHdim64Rows128:
-      return {64, 2, 192, 4, 4};
+      return {64, 2, 192, 3};
     case FwdTileConfigId::kHdim64Rows192:
-      return {64, 3, 128, 5, 5};
+      return {64, 3, 128, 3};
     case FwdTileConfigId::kHdim128Rows128:
     default:
-      return {128, 2, 128, 2, 3};
+      return {128, 2, 128, 2};
   }
 }
 

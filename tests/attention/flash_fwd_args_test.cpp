@@ -120,9 +120,9 @@ TEST(Validate, RejectsAForcedConfigurationOfAnotherHeadDim) {
 
 TEST(TileDescription, NamesTheTileShape) {
   EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim128Rows128)),
-            "b_m=128 b_n=128 stages K 2 V 3 (2 consumer warpgroups)");
+            "b_m=128 b_n=128 stages=2 (2 consumer warpgroups)");
   EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim64Rows192)),
-            "b_m=192 b_n=128 stages K 5 V 5 (3 consumer warpgroups)");
+            "b_m=192 b_n=128 stages=3 (3 consumer warpgroups)");
 }
 
 }  // namespace

@@ -76,8 +76,7 @@ TEST(TileShapes, ConfigurationsAreConsistent) {
     EXPECT_TRUE(t.consumer_warpgroups == 2 || t.consumer_warpgroups == 3);
     EXPECT_EQ(t.block_m(), 64 * t.consumer_warpgroups);
     EXPECT_EQ(t.block_n % 16, 0);
-    EXPECT_GE(t.stages_k, 2);
-    EXPECT_GE(t.stages_v, 2);
+    EXPECT_GE(t.stages, 2);
   }
   EXPECT_EQ(ceil_div(8193, 128), 65);
   EXPECT_EQ(ceil_div(1, 192), 1);

@@ -68,6 +68,12 @@ const NamedSchedule& named_schedule(std::string_view name) {
   throw InputError("schedule is '" + std::string(name) + "'; it must be one of " + names);
 }
 
+const char* schedule_name(MoeScheduleKind kind) {
+  for (const NamedSchedule& n : kNamedSchedules)
+    if (!n.automatic && n.kind == kind && n.wave_lag == 0) return n.name;
+  throw Error("MegaMoE: no name for a schedule kind (internal error)");
+}
+
 void MoeLayerRequest::set_schedule(std::string_view name) {
   const NamedSchedule& n = named_schedule(name);
   automatic = n.automatic;

@@ -40,6 +40,8 @@ inline constexpr NamedSchedule kNamedSchedules[] = {
 };
 // The schedule of that name; InputError listing the names otherwise.
 const NamedSchedule& named_schedule(std::string_view name);
+// The name of a schedule kind run without a lag ("interleaved", "expert_wave").
+const char* schedule_name(MoeScheduleKind kind);
 
 struct MoeLayerRequest {
   MoeProblem problem;  // b_m = 128, b_n = 128 or 256 (default_tile_n)

@@ -56,6 +56,8 @@ TEST(MoePlan, ScheduleNamesAreTheOneList) {
   EXPECT_EQ(r.wave_lag, 1);
   r.set_schedule("auto");
   EXPECT_TRUE(r.automatic);
+  EXPECT_STREQ(schedule_name(MoeScheduleKind::interleaved), "interleaved");
+  EXPECT_STREQ(schedule_name(MoeScheduleKind::expert_wave), "expert_wave");
   try {
     named_schedule("waves");
     FAIL() << "an unknown name must be refused";

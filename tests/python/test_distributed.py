@@ -234,7 +234,8 @@ def test_moe_tokens_and_options(c_library, fake, group_of):
     assert xstage.moe(**moe_args(k=16)).shape == (T, H)
     # With the group's size known, the configuration is the C library's to judge, at trace time (no GPU).
     with pytest.raises(xstage.InputError, match="do not combine"):
-        xstage.moe(**moe_args(), cluster_n=2, cluster_m=2)
+        xstage.moe(**moe_args(), schedule="interleaved", cluster_n=2, cluster_m=2)
+    xstage.moe(**moe_args(), cluster_n=2, cluster_m=2)  # "auto" chooses the pairing itself: these are ignored
     with pytest.raises(xstage.InputError, match="the fused fp8 kernel needs 256-wide tiles"):
         xstage.moe(**moe_args(dtype=FP8), tile_n=128)
 

@@ -355,7 +355,9 @@ ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* fi
 // ---------------------------------------------------------------------------------------------
 
 std::string describe(const ScheduleVariant& v) {
-  std::string s = v.interleaved ? "interleaved" : v.wave_lag > 0 ? "pipelined waves" : "expert-wave";
+  std::string s = v.interleaved ? to_string(MoeScheduleKind::interleaved)
+                  : v.wave_lag > 0 ? "pipelined waves"
+                                   : to_string(MoeScheduleKind::expert_wave);
   if (!v.interleaved && v.wave_lag > 1) s += " (lag " + std::to_string(v.wave_lag) + ")";
   if (v.cluster_n == 2) s += " pairs";
   if (v.cluster_m == 2) s += " m-pairs";

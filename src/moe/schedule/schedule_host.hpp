@@ -161,7 +161,7 @@ std::string describe(const ScheduleVariant& variant);
 // When not, `why` (if given) says why.
 bool variant_applies(const MoeProblem& problem, int K_SM, const ScheduleVariant& variant, std::string* why = nullptr);
 // CTAs per cluster along N when the caller leaves it open: pairs for the interleaved schedule where they apply,
-// else one. Same-run A/B over the grid (results/h200x2/moe/run24-pairs): pairs made the interleaved schedule
+// else one. Same-run A/B over the grid (docs/MOE.md, "CTA pairs"): pairs made the interleaved schedule
 // 4-6% faster on the DeepSeek-V3-like shapes and neutral elsewhere (geomean 0.995), but the waves 1-2% and the
 // pipelined waves 2-12% slower: the two CTAs of a pair run in lockstep, so each waits for the other's
 // dependencies as well as its own.

@@ -66,12 +66,17 @@ def sdpa_call(backend, q, k, v):
 
 
 def load_xstage_library(path):
-    """Another build of libxstage_c.so, loaded beside the package's (its own copy of every symbol)."""
+    """Another build of libxstage_c.so, loaded beside the package's (its own copy of every symbol). Only the
+    functions this tool calls are declared, so that a build older than the package compares too."""
     from xstage import _capi
 
-    _capi.load_library()  # NCCL preloaded and the package's build checked, as for the "xstage" backend
+    _capi._preload_nccl()
     lib = ctypes.CDLL(path)
-    _capi._declare(lib)
+    tp = ctypes.POINTER(_capi.Tensor)
+    lib.xstage_abi_version.restype = ctypes.c_int32
+    lib.xstage_last_error.restype = ctypes.c_char_p
+    lib.xstage_flash_attention_forward.argtypes = [tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
+    lib.xstage_flash_attention_forward.restype = ctypes.c_int
     if lib.xstage_abi_version() != _capi.ABI_VERSION:
         raise SystemExit(f"--xstage-lib {path}: C ABI version {lib.xstage_abi_version()}, the package's is {_capi.ABI_VERSION}")
     return lib

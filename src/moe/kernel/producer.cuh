@@ -40,7 +40,7 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   auto mB2w = whole(prm.tma_b2_whole, make_shape(EL * pr.h_hidden, pr.h_inter));
 
   // One tile's k-blocks into the pipeline: A as share a_idx of a_parts CTAs (one TMA copy, multicast to a_mask),
-  // B likewise.
+  // B likewise. False: a wait gave up (comm/device/bounded_pipeline.cuh) and the producer stops.
   auto load = [&](auto const& tma_a, auto const& mA, int a_block, auto a_parts, int a_idx, std::uint16_t a_mask,
                   auto const& tma_b, auto const& mB, int b_block, auto b_parts, int b_idx, std::uint16_t b_mask) {
     Tensor gA = local_tile(mA, typename C::TileShapeA{}, make_coord(a_block, _));  // (128, 64, k-blocks)
@@ -50,12 +50,13 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     const TMA::CacheHintSm90 weight_hint = C::kWeightCacheHint;  // with() binds references
     const int k_blocks = size<2>(gA);
     for (int kb = 0; kb < k_blocks; ++kb) {
-      comm::bounded_producer_acquire(pipeline, state, prm.wait, static_cast<int>(MoeWait::pipeline_empty));
+      if (!comm::bounded_producer_acquire(pipeline, state, prm.wait, static_cast<int>(MoeWait::pipeline_empty))) return false;
       auto* bar = pipeline.producer_get_barrier(state);
       copy(tma_a.with(*bar, a_mask), tAgA(_, kb), tAsA(_, state.index()));
       copy(tma_b.with(*bar, b_mask, weight_hint), tBgB(_, kb), tBsB(_, state.index()));
       ++state;
     }
+    return true;
   };
   // One CTA per tile: both whole. N-pairs: A split and multicast. Mixed pairs: on an M-row A whole and B split
   // and multicast, on an N-row A split and multicast and B whole.
@@ -64,11 +65,11 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   auto load_tile = [&](bool m_row, auto const& tma_a, auto const& mA, auto const& tma_a_whole, auto const& mA_whole, int a_block,
                        auto const& tma_b, auto const& mB, auto const& tma_b_whole, auto const& mB_whole, int b_block) {
     if constexpr (C::kClusterM == 1)
-      load(tma_a, mA, a_block, Int<C::kClusterN>{}, r, C::kClusterN > 1 ? all : 0, tma_b, mB, b_block, _1{}, 0, 0);
+      return load(tma_a, mA, a_block, Int<C::kClusterN>{}, r, C::kClusterN > 1 ? all : 0, tma_b, mB, b_block, _1{}, 0, 0);
     else if (m_row)
-      load(tma_a_whole, mA_whole, a_block, _1{}, 0, 0, tma_b, mB, b_block, _2{}, r, all);
+      return load(tma_a_whole, mA_whole, a_block, _1{}, 0, 0, tma_b, mB, b_block, _2{}, r, all);
     else
-      load(tma_a, mA, a_block, _2{}, r, all, tma_b_whole, mB_whole, b_block, _1{}, 0, 0);
+      return load(tma_a, mA, a_block, _2{}, r, all, tma_b_whole, mB_whole, b_block, _1{}, 0, 0);
   };
 
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
@@ -87,19 +88,22 @@ __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       fence_proxy_async_global();
       wait_cycles += stats_clock() - t0;
       // A in 128-row blocks: block row·kClusterM + half is this CTA's half of the scheduler row.
-      load_tile(walk.m_row, prm.tma_a1, mA1, prm.tma_a1_whole, mA1w, t.row * C::kClusterM + walk.half,
-                prm.tma_b1, mB1, prm.tma_b1_whole, mB1w, t.expert * pr.P1_l1_n_blocks() + t.n_block);
+      if (!load_tile(walk.m_row, prm.tma_a1, mA1, prm.tma_a1_whole, mA1w, t.row * C::kClusterM + walk.half,
+                     prm.tma_b1, mB1, prm.tma_b1_whole, mB1w, t.expert * pr.P1_l1_n_blocks() + t.n_block))
+        break;
     } else {
       wait_counter<false>(prm.wait, at<std::uint32_t>(prm.local, w.counters.l1_done(slot)),
                           walk.l1_target(w.ring.slots), MoeWait::l1_done, slot);
       fence_proxy_async_global();
       wait_cycles += stats_clock() - t0;
+      bool loaded;
       if constexpr (C::kHalfL2)
-        load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot, prm.tma_b2, mB2(_, _, t.expert), prm.tma_b2_whole, mB2w,
-                  t.n_block);
+        loaded = load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot, prm.tma_b2, mB2(_, _, t.expert),
+                           prm.tma_b2_whole, mB2w, t.n_block);
       else
-        load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot * C::kClusterM + walk.half,
-                  prm.tma_b2, mB2, prm.tma_b2_whole, mB2w, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+        loaded = load_tile(walk.m_row, prm.tma_a2, mA2, prm.tma_a2_whole, mA2w, slot * C::kClusterM + walk.half,
+                           prm.tma_b2, mB2, prm.tma_b2_whole, mB2w, t.expert * pr.P2_l2_n_blocks() + t.n_block);
+      if (!loaded) break;
     }
   }
   stats_add(&prm.stats->producer_wait_cycles, wait_cycles);

@@ -23,6 +23,7 @@ from . import _capi, _ops, _tensors, distributed
 __all__ = ["MoeWeights", "moe", "moe_pack_weights", "SCHEDULES", "DEFAULT_SCHEDULE"]
 
 _OP = "xstage.moe"
+_INT32_MAX = 2**31 - 1
 
 # schedule name -> (XSTAGE_MOE_SCHEDULE_*, wave_lag). docs/MOE.md describes them.
 SCHEDULES = {
@@ -130,6 +131,8 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
     if x.dim() != 2:
         raise ValueError(f"{_OP}: x must be 2-D [tokens, hidden]; got shape {tuple(x.shape)} (flatten the leading dimensions)")
     t, h = x.shape
+    if t > _INT32_MAX:
+        raise ValueError(f"{_OP}: {t} tokens (x shape {tuple(x.shape)}); the layer counts tokens in 32 bits: at most 2^31 - 1")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != t:
         raise ValueError(f"{_OP}: topk_ids must be [tokens, top_k] = [{t}, k]; got shape {tuple(topk_ids.shape)}")
     k = topk_ids.shape[1]
@@ -185,11 +188,11 @@ def _moe_impl(
 ) -> torch.Tensor:
     signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, schedule)
     if _checked.passed(signature):
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, x.device.index)
     else:
         # the inputs' errors before a missing communicator's
         _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=False)
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, x.device.index)
         _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=False)
         _checked.add(signature)
     if x.device.index != comm.device:
@@ -287,7 +290,9 @@ def moe(
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"{_OP}: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
-    return _moe_op(
+    if torch.compiler.is_compiling():  # raised from here under torch.compile, as in eager
+        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, int(max_tokens or 0), schedule, fake=True)
+    args = (
         x,
         topk_ids,
         topk_weights,
@@ -303,3 +308,6 @@ def moe(
         int(cluster_m),
         float(timeout_s),
     )
+    if _ops.needs_autograd(x, topk_weights, w1, w2):
+        return _ops.forward_only(_OP, _moe_op, *args)
+    return _moe_op(*args)

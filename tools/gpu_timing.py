@@ -65,9 +65,10 @@ def repeat(fn, calls: int):
     return unit
 
 
-def time_in_turn(units: dict, reps: int) -> dict:
+def time_in_turn(units: dict, reps: int, prepare: dict | None = None) -> dict:
     """units: name -> a callable that enqueues one timing's work. Returns name -> (GPU ms, host us) of each of
-    reps timings, the names taking turns in an order rotated every rep, each timing after one untimed unit."""
+    reps timings, the names taking turns in an order rotated every rep, each timing after one untimed unit.
+    prepare: name -> a callable run before that name's untimed unit (switching a model's attention backend)."""
     torch.cuda.synchronize()
     out = {name: ([], []) for name in units}
     names = list(units)
@@ -77,6 +78,8 @@ def time_in_turn(units: dict, reps: int) -> dict:
         for name in names[rep % len(names):] + names[:rep % len(names)]:
             unit = units[name]
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if prepare and name in prepare:
+                prepare[name]()
             unit()
             a.record()
             t0 = time.perf_counter()

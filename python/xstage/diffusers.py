@@ -294,16 +294,22 @@ def _heads_to_sequence(x: torch.Tensor, group, ranks: int) -> torch.Tensor:
     return x.permute(1, 2, 0, *range(3, x.dim())).reshape(b, s // ranks, ranks * h, *rest)
 
 
+def _gather_keys(mask: torch.Tensor, group) -> torch.Tensor:
+    """The masks of every rank's keys, concatenated along the last (key) dimension in rank order."""
+    from torch.distributed import _functional_collectives as funcol
+
+    data = mask.to(torch.uint8) if mask.dtype == torch.bool else mask
+    gathered = _wait(funcol.all_gather_tensor(data.contiguous(), mask.dim() - 1, group))
+    return gathered.bool() if mask.dtype == torch.bool else gathered
+
+
 def _ulysses_composed(query, key, value, attn_mask, scale, return_lse, group, ranks):
     """Ulysses for what the fused layer does not take: all-to-all, xstage.flash_attention, all-to-all."""
     seqlen_k_local = key.shape[1]
     q, k, v = (_sequence_to_heads(t, group, ranks) for t in (query, key, value))
-    if attn_mask is not None and attn_mask.shape[-1] == seqlen_k_local and ranks > 1:
+    if attn_mask is not None and attn_mask.shape[-1] == seqlen_k_local:
         # A mask over this rank's keys (the model's plan sharded it): the keys of all ranks, in all-to-all order.
-        from torch.distributed import _functional_collectives as funcol
-
-        gathered = _wait(funcol.all_gather_tensor(attn_mask.to(torch.uint8).contiguous(), attn_mask.dim() - 1, group))
-        attn_mask = gathered.to(attn_mask.dtype) if attn_mask.dtype != torch.bool else gathered.bool()
+        attn_mask = _gather_keys(attn_mask, group)
     result = _attention(q, k, v, attn_mask, scale, return_lse)
     if not return_lse:
         return _heads_to_sequence(result, group, ranks)

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: xstage from PyTorch (docs/PYTHON.md). Needs the C library (XSTAGE_C_LIBRARY, default
 # .carry/python/libxstage_c.so, else build/libxstage_c.so) and, where PyPI cannot be reached, the wheels
-# examples/diffusers/README.md lists in $XSTAGE_WHEELS (installed with --no-deps into a scratch folder on
-# PYTHONPATH, next to the machine's own torch).
+# scripts/fetch_wheels.sh downloads, in $XSTAGE_WHEELS (env.sh's use_wheels: those this Python lacks).
 #   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
 #      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
 #   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh; here
@@ -21,23 +20,7 @@ X="$XSTAGE_BIN_DIR/xstage"
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
 LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
 export XSTAGE_C_LIBRARY=$PWD/$LIB PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-if [ -n "${XSTAGE_WHEELS:-}" ]; then
-  # Only the distributions this Python lacks: a carried wheel must not shadow a package the machine has (its
-  # transformers pins huggingface-hub below 2, say).
-  missing=$(python3 - "$XSTAGE_WHEELS" <<'PY'
-import glob, importlib.metadata as md, os, re, sys
-for w in sorted(glob.glob(os.path.join(sys.argv[1], "*.whl"))):
-    name = re.split(r"-\d", os.path.basename(w), maxsplit=1)[0]
-    try:
-        md.version(name)
-    except md.PackageNotFoundError:
-        print(w)
-PY
-)
-  echo "installing the wheels this Python lacks: $(echo "$missing" | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
-  [ -z "$missing" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/xstage-site $missing
-  export PYTHONPATH="$PYTHONPATH:/tmp/xstage-site"
-fi
+[ -z "${XSTAGE_WHEELS:-}" ] || use_wheels "$XSTAGE_WHEELS" || exit 1
 failures=0
 
 step "machine"

@@ -171,6 +171,7 @@ def parallel_model(name, args, say):
     model, inputs = dit_models.build(name, args.size, "cuda", seed=args.seed)
     model.set_attention_backend("native")
     reference = forward(model, inputs).float()  # one GPU: every rank computes the whole model
+    dit_models.allow_context_parallel_warnings()
     model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=ranks))
     outputs, errors = {}, {}
     for backend in args.backends:

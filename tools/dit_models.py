@@ -2,7 +2,8 @@
 forward: what tools/diffusers_bench.py times and tests/python/test_diffusers.py traces on meta tensors.
 
 Each model has two sizes: "full" (the published model's widths and depth at a generation shape: the
-measurements) and "tiny" (the same architecture, a few blocks and narrow widths: the CPU tests). Every builder
+measurements) and "tiny" (the same architecture, a few blocks and narrow widths, 4 heads for the models run
+sequence-parallel over 4 ranks: the CPU tests). Every builder
 returns (model, inputs) with the model in eval mode, no gradients, in `dtype` on `device` ("meta": no memory).
 
     flux         Flux.1 [dev]: 19 + 38 blocks, 24 heads x 128, 1024 x 1024 px (4096 image + 512 text tokens)
@@ -60,7 +61,7 @@ def flux(size, device, dtype, seed=0):
 
     full = size == "full"
     cfg = dict(patch_size=1, in_channels=64, num_layers=19 if full else 1, num_single_layers=38 if full else 1,
-               attention_head_dim=128, num_attention_heads=24 if full else 2, joint_attention_dim=4096 if full else 64,
+               attention_head_dim=128, num_attention_heads=24 if full else 4, joint_attention_dim=4096 if full else 64,
                pooled_projection_dim=768 if full else 32, guidance_embeds=True, axes_dims_rope=(16, 56, 56))
     with _building(device, dtype):
         model = _finish(FluxTransformer2DModel(**cfg), device, dtype)
@@ -79,7 +80,7 @@ def wan(size, device, dtype, seed=0):
     from diffusers import WanTransformer3DModel
 
     full = size == "full"
-    cfg = dict(patch_size=(1, 2, 2), num_attention_heads=12 if full else 2, attention_head_dim=128, in_channels=16,
+    cfg = dict(patch_size=(1, 2, 2), num_attention_heads=12 if full else 4, attention_head_dim=128, in_channels=16,
                out_channels=16, text_dim=4096 if full else 64, freq_dim=256, ffn_dim=8960 if full else 256,
                num_layers=30 if full else 1, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
                rope_max_seq_len=1024)
@@ -195,6 +196,17 @@ def hidream(size, device, dtype, seed=0):
                   encoder_hidden_states_llama3=_randn(g, (layers + single, 1, llama, text), device, dtype),
                   pooled_embeds=_randn(g, (1, cfg["text_emb_dim"]), device, dtype))
     return model, inputs
+
+
+def allow_context_parallel_warnings():
+    """diffusers 0.42.1's context-parallel hook logs an input it leaves unsplit (Wan 2.1's one timestep per
+    sample) with logger.warning_once, which its logger lacks: the call raises AttributeError instead of warning.
+    This gives the logger that method (a plain warning), so the hook does what it means to."""
+    from diffusers.hooks import context_parallel
+
+    logger = context_parallel.logger
+    if not hasattr(logger, "warning_once"):
+        logger.warning_once = logger.warning
 
 
 def build(name, size="full", device="cuda", dtype=torch.bfloat16, seed=0):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On >= 2 GPUs of one NVLink domain: the "xstage" attention backend under diffusers' own context parallelism,
 # model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)), P = every visible GPU (GPUS=2 for two):
-# Flux.1 (joint text + image attention: xstage's fused Ulysses layer) and the Wan 2.1-like model (its cross-
-# attention to unsharded text: all-to-all + xstage.flash_attention), against the one-GPU output and timed in turn
+# Flux.1 (joint text + image attention) and the Wan 2.1-like model (self-attention; its processor keeps the
+# cross-attention to the text local), both on xstage's fused Ulysses layer, against the one-GPU output and timed in turn
 # with diffusers' Ulysses on native SDPA, cuDNN and torch-flash (tools/diffusers_bench.py under torchrun).
 # The same environment as scripts/gpu/diffusers.sh (XSTAGE_C_LIBRARY, XSTAGE_WHEELS). Raw JSON and logs land in
 # ${OUT:-out}/diffusers_ulysses/.

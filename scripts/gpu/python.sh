@@ -6,9 +6,8 @@
 #      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
 #   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh; here
 #      $ROUNDS rounds, default 1);
-#   3. the diffusers examples: Flux with xstage.flash_attention against SDPA, the Ulysses DiT (every visible
-#      GPU), the MoE DiT (HiDream's MoE feed-forward on xstage.nn.MoE) against plain torch, at EP = 1 and over
-#      every GPU.
+#   3. the diffusers examples (examples/diffusers/: the attention backend, swap_moe, and with two or more GPUs
+#      the Ulysses backend under enable_parallelism), each printing its error against diffusers' own.
 # Everything lands in ${OUT:-out}/: python.log and python.tar.gz (the JSONs and logs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,15 +36,12 @@ fi
 
 ROUNDS=${ROUNDS:-1} OUT="$W" bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
 
-step "diffusers examples"
-timed "flux + flash_attention" -- timeout 300 python3 examples/diffusers/dit_attention.py --out "$W/dit_attention.json" \
-  || failures=$((failures+1))
-timed "ulysses DiT" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" examples/diffusers/dit_ulysses.py \
-  --out "$W/dit_ulysses_p$GPUS.json" || failures=$((failures+1))
-timed "MoE DiT" -- timeout 300 python3 examples/diffusers/dit_moe.py --out "$W/dit_moe_ep1.json" || failures=$((failures+1))
+step "diffusers examples (the three one-line switches; the measurements: scripts/gpu/diffusers.sh)"
+timed "attention" -- timeout 300 python3 examples/diffusers/attention.py || failures=$((failures+1))
+timed "moe" -- timeout 300 python3 examples/diffusers/moe.py || failures=$((failures+1))
 if [ "$GPUS" -ge 2 ]; then
-  timed "MoE DiT, EP = $GPUS" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" \
-    examples/diffusers/dit_moe.py --out "$W/dit_moe_ep$GPUS.json" || failures=$((failures+1))
+  timed "ulysses over $GPUS GPUs" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" \
+    examples/diffusers/ulysses.py || failures=$((failures+1))
 fi
 
 tar -C "$W" -czf "$OUT/python.tar.gz" . && rm -rf "$W"

@@ -261,6 +261,9 @@ def main(argv=None):
         elif "xstage-bf16_speedup" in r:
             say(f"{name:14s} bf16 {r['xstage-bf16_speedup']:.3f}x, fp8 {r['xstage-fp8_speedup']:.3f}x diffusers' module; "
                 f"rel L2 {r['rel_l2_vs_torch']['xstage-bf16']:.2e} / {r['rel_l2_vs_torch']['xstage-fp8']:.2e}")
+    import xstage
+
+    xstage.distributed.teardown()  # collective: the communicators the backend and swap_moe built
     if parallel:
         dist.destroy_process_group()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On one GPU: xstage inside diffusers (docs/PYTHON.md, "diffusers"). Needs the C library (XSTAGE_C_LIBRARY,
-# default .carry/python/libxstage_c.so, else build/libxstage_c.so) and diffusers: installed, or its wheels in
-# XSTAGE_WHEELS=DIR (scripts/fetch_wheels.sh makes that folder on a machine with network).
+# On one GPU: xstage inside diffusers (docs/PYTHON.md, "diffusers"). Needs the C library (XSTAGE_C_LIBRARY, default
+# ${BUILD_DIR:-build}/libxstage_c.so) and diffusers: installed, or its wheels in XSTAGE_WHEELS=DIR
+# (scripts/fetch_wheels.sh makes that folder on a machine with network).
 #   1. tests/python/gpu/test_diffusers_gpu.py: the backend against diffusers' default on small models, masks,
 #      the ops without a process group, backward raising, swap_moe against diffusers' MoE module;
 #   2. tools/diffusers_bench.py: Flux.1 (full depth, 1024 x 1024), a Wan 2.1-like video model (32760 tokens, self-
@@ -16,8 +16,7 @@ source scripts/gpu/env.sh
 OUT=${OUT:-out}; W="$OUT/diffusers"; mkdir -p "$W"
 exec > >(tee "$W/diffusers.log") 2>&1
 export PYTHONUNBUFFERED=1
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export XSTAGE_C_LIBRARY=$(realpath "${XSTAGE_C_LIBRARY:-${BUILD_DIR:-build}/libxstage_c.so}") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 [ -z "${XSTAGE_WHEELS:-}" ] || use_wheels "$XSTAGE_WHEELS" || exit 1
 failures=0
 

@@ -12,8 +12,7 @@ source scripts/gpu/env.sh
 OUT=${OUT:-out}; W="$OUT/diffusers_ulysses"; mkdir -p "$W"
 exec > >(tee "$W/diffusers_ulysses.log") 2>&1
 export PYTHONUNBUFFERED=1
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export XSTAGE_C_LIBRARY=$(realpath "${XSTAGE_C_LIBRARY:-${BUILD_DIR:-build}/libxstage_c.so}") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 [ -z "${XSTAGE_WHEELS:-}" ] || use_wheels "$XSTAGE_WHEELS" || exit 1
 GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
 [ "$GPUS" -ge 2 ] || { echo "diffusers_ulysses: needs at least 2 GPUs (found $GPUS)"; exit 3; }

@@ -8,11 +8,11 @@
 The backend serves every model whose attention processors call diffusers' dispatch_attention_fn (Flux, Flux2,
 Wan, HunyuanVideo, QwenImage, LTX, ...): bf16 [batch, seq, heads, head_dim] with head_dim 64 or 128, self-
 and cross-attention (key length other than the query's), `scale`, `return_lse` (lse [batch, seq, heads] fp32,
-as diffusers' own backends return it) and key-padding masks ([seq_k], [batch, seq_k], [batch, seq_q, seq_k] or [batch, heads, seq_q, seq_k] whose values
-are the same for every query and head of a sequence; boolean, True to attend, or additive, 0 to attend and
--inf or <= -1e4 to mask). Everything else raises an error
-naming it: causal attention, dropout, grouped-query attention, masks that differ per query or per head or
-carry a bias, other dtypes and head dims (the last from xstage.flash_attention).
+as diffusers' own backends return it) and key-padding masks: [seq_k], [batch, seq_k], [batch, seq_q, seq_k] or
+[batch, heads, seq_q, seq_k] whose values are the same for every query and head of a sequence; boolean (True:
+attend) or additive (0: attend; -inf or <= -1e4: masked). Everything else raises an error naming it: causal
+attention, dropout, grouped-query attention, masks that differ per query or head or carry a bias, other dtypes
+and head dims (the last from xstage.flash_attention).
 
 A key-padding mask is read on the host (one synchronisation per call) and each sequence attends to its kept
 keys: a prefix of the keys as a view, other patterns gathered first. The kernel has no per-sequence key length

@@ -112,6 +112,19 @@ def test_an_untested_version_warns_when_allowed(monkeypatch):
         xd._check_version("0.43.0")
 
 
+def test_without_diffusers_the_import_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "diffusers", None)
+    with pytest.raises(ImportError, match=r"xstage.diffusers needs diffusers \(pip install diffusers==0.42.1\)"):
+        xd._register()
+
+
+def test_a_diffusers_without_the_registry_is_refused(monkeypatch):
+    monkeypatch.setenv(xd.UNTESTED_ENV, "1")
+    monkeypatch.setitem(sys.modules, "diffusers.models.attention_dispatch", None)
+    with pytest.raises(ImportError, match=r"has no attention-backend registry"):
+        xd._register()
+
+
 # --- models through the backend (meta tensors: shapes, the ops in the graph) ----------------------------
 
 

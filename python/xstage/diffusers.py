@@ -53,7 +53,8 @@ TESTED_VERSIONS = ("0.42.1",)
 UNTESTED_ENV = "XSTAGE_DIFFUSERS_UNTESTED"
 _WHO = "xstage attention backend"
 # An additive mask value at or below this masks the key: it scales the key's softmax weight by exp(-1e4), zero in
-# fp32, for any scores below 1e4 in magnitude (diffusers' models mask with -inf, or -10000 as LTX-Video does).
+# fp32, for any scores below 1e4 in magnitude (diffusers' models mask with -inf, or -10000 as LTX-Video does). The
+# comparison is made in the mask's dtype, where -10000 may round (bf16: -9984), as the model's own value does.
 _MASKED_BIAS = -1e4
 
 

@@ -72,7 +72,12 @@ class _ForwardOnly(torch.autograd.Function):
 
 def needs_autograd(*tensors) -> bool:
     """Whether autograd would record a call on these tensors (grad mode on and one of them requires grad)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:  # a loop, not any(<generator>): this runs on every eager call
+        if t is not None and t.requires_grad:
+            return True
+    return False
 
 
 def forward_only(name: str, op, *args):

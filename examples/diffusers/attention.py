@@ -2,7 +2,7 @@
 """A diffusers transformer's attention on xstage: one line, model.set_attention_backend("xstage").
 
     python3 examples/diffusers/attention.py                                  # Flux.1 from its config, random weights
-    python3 examples/diffusers/attention.py --model wan                       # any model of tools/dit_models.py
+    python3 examples/diffusers/attention.py --model wan                       # any model of tools/dit/models.py
     python3 examples/diffusers/attention.py --pretrained black-forest-labs/FLUX.1-dev   # a checkpoint (downloads)
 
 Runs one forward on diffusers' default backend (torch SDPA) and one on xstage, and prints how far apart they are.
@@ -17,7 +17,7 @@ import torch
 import xstage.diffusers  # noqa: F401  (registers the "xstage" attention backend with diffusers)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import dit_models  # noqa: E402
+from dit import models as dit_models  # noqa: E402
 
 
 def main():

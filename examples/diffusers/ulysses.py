@@ -22,7 +22,7 @@ from diffusers import ContextParallelConfig
 import xstage.diffusers  # noqa: F401  (registers the "xstage" attention backend with diffusers)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import dit_models  # noqa: E402
+from dit import models as dit_models  # noqa: E402
 
 
 def main():

@@ -1,68 +1,67 @@
 #!/usr/bin/env bash
-# On the GPU machine: attention correctness check, xstage bench, cuDNN SDPA bench (with xstage's kernel timed in
-# turn with cuDNN in the same process, the two alone so that neither gains power headroom from a third, through the Python package and the C library: XSTAGE_C_LIBRARY, default
-# .carry/python/libxstage_c.so, else build/libxstage_c.so), merged table, then compute-sanitizer (memcheck,
-# racecheck, synccheck) on a small shape. Everything lands under $OUT; copy it into
-# results/h200/attention/<date>/ in the repository (the last lines say so).
+# The attention forward on a GPU machine (one GPU: GPU 0):
+#   1. `xstage attention check` (all cases);
+#   2. `xstage attention bench` (the CLI's own timing);
+#   3. cuDNN SDPA and xstage's kernel timed in turn in one process, the two alone so that neither gains power
+#      headroom from a third, xstage through the Python package and the C library (tools/attention/cudnn_bench.py);
+#   4. the merged table (tools/attention/merge_bench.py: summary.md);
+#   5. compute-sanitizer memcheck, racecheck and synccheck on `attention check --quick`.
+# Knobs: XSTAGE_BUILD and OUT (scripts/gpu/env.sh), and the argument
+#   --quick-bench  the benches at M = 8192 and 32768, 12 heads only
+# Writes $OUT/attention.log and $OUT/attention.tar.xz (check.json, bench_xstage.json, bench_cudnn.json,
+# summary.md, sanitizer.log).
 #
-#   XSTAGE_BIN=build/xstage OUT=/tmp/out scripts/gpu/attention.sh [--quick-bench]
+#   bash scripts/gpu/attention.sh [--quick-bench]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BIN=${XSTAGE_BIN:-build/xstage}
-OUT=${OUT:-/tmp/xstage-attention}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.." || exit 1
+source scripts/gpu/env.sh
+log_to attention
+W="$OUT/attention"; mkdir -p "$W"
+require_build "$X" "$XSTAGE_C_LIBRARY"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 BENCH_ARGS=()
 [[ "${1:-}" == "--quick-bench" ]] && BENCH_ARGS=(--seqlens 8192,32768 --heads 12)
-LOG="$OUT/run.log"
-status=0
+failures=0
 
-{
-  echo "== $(date -u +%FT%TZ) $BIN on $(hostname)"
-  nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
-  command -v cuobjdump >/dev/null && echo "HGMMA instructions in $BIN: $(cuobjdump --dump-sass "$BIN" 2>/dev/null | grep -c HGMMA)"
-} 2>&1 | tee "$LOG"
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+date -u
+command -v cuobjdump >/dev/null && echo "HGMMA instructions in $X: $(cuobjdump --dump-sass "$X" 2>/dev/null | grep -c HGMMA)"
 
-echo "== check" | tee -a "$LOG"
-timeout 100 "$BIN" attention check --json "$OUT/check.json" 2>&1 | tee -a "$LOG"
-check_rc=${PIPESTATUS[0]}
-[[ $check_rc -ne 0 ]] && status=1
+step "xstage attention check"
+timeout 100 "$X" attention check --json "$W/check.json"
+check_rc=$?
+[ $check_rc = 0 ] || failures=$((failures+1))
+[ $check_rc = 124 ] && echo "check timed out (a hang): the kernel's bench and the sanitizers are skipped"
 
-if [[ $check_rc -eq 124 ]]; then
-  echo "check timed out (a hang): skipping sanitizer and xstage bench" | tee -a "$LOG"
-  SKIP_KERNEL=1
+if [ $check_rc != 124 ]; then
+  step "xstage attention bench"
+  timed "bench" -- timeout 120 "$X" attention bench "${BENCH_ARGS[@]}" --json "$W/bench_xstage.json" || failures=$((failures+1))
 fi
-echo "== bench (xstage)" | tee -a "$LOG"
-if [[ -z "${SKIP_KERNEL:-}" ]]; then
-  timeout 120 "$BIN" attention bench "${BENCH_ARGS[@]}" --json "$OUT/bench_xstage.json" 2>&1 | tee -a "$LOG"
-  bench_rc=${PIPESTATUS[0]}
-  [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
-fi
-echo "== bench (torch SDPA's cuDNN backend and xstage's kernel, in turn)" | tee -a "$LOG"
-timeout 150 python3 tools/attention_cudnn_bench.py "${BENCH_ARGS[@]}" --json "$OUT/bench_cudnn.json" 2>&1 | tee -a "$LOG"
-cudnn_rc=${PIPESTATUS[0]}
-[[ $cudnn_rc -ne 0 ]] && { echo "cuDNN bench failed: rc=$cudnn_rc" | tee -a "$LOG"; status=1; }
-nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
 
-echo "== summary (check rc=$check_rc)" | tee -a "$LOG"
-if [[ -f "$OUT/bench_xstage.json" && -f "$OUT/bench_cudnn.json" ]]; then
-  python3 tools/attention_merge.py "$OUT/bench_xstage.json" "$OUT/bench_cudnn.json" --markdown "$OUT/summary.md" 2>&1 | tee -a "$LOG"
-fi
-echo "== compute-sanitizer (attention check --quick)" | tee -a "$LOG"
-: > "$OUT/sanitizer.log"
-for tool in memcheck racecheck synccheck; do
-  [[ -n "${SKIP_KERNEL:-}" ]] && break
-  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" attention check --quick --seed 7 \
-    >> "$OUT/sanitizer.log" 2>&1
-  rc=$?
-  echo "sanitizer $tool: rc=$rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer.log") clean summaries so far)" | tee -a "$LOG"
-  [[ $rc -ne 0 ]] && status=1
-done
+step "torch SDPA's cuDNN backend and xstage's kernel, in turn"
+timed "cuDNN bench" -- timeout 150 python3 tools/attention/cudnn_bench.py "${BENCH_ARGS[@]}" --json "$W/bench_cudnn.json" \
+  || failures=$((failures+1))
+nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv
 
-grep -h "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
-[[ -f "$OUT/summary.md" ]] && cat "$OUT/summary.md"
-echo "Copy $OUT/* into results/h200/attention/<date>/ and commit it with this command line." | tee -a "$LOG"
-exit $status
+step "summary"
+if [[ -f "$W/bench_xstage.json" && -f "$W/bench_cudnn.json" ]]; then
+  python3 tools/attention/merge_bench.py "$W/bench_xstage.json" "$W/bench_cudnn.json" --markdown "$W/summary.md" \
+    || failures=$((failures+1))
+fi
+
+if [ $check_rc != 124 ]; then
+  step "compute-sanitizer (attention check --quick)"
+  : > "$W/sanitizer.log"
+  for tool in memcheck racecheck synccheck; do
+    timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$X" attention check --quick --seed 7 >> "$W/sanitizer.log" 2>&1
+    rc=$?
+    echo "sanitizer $tool: rc=$rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$W/sanitizer.log") clean summaries so far)"
+    [ $rc = 0 ] || failures=$((failures+1))
+  done
+  grep -h "ERROR SUMMARY" "$W/sanitizer.log"
+fi
+
+pack "$W" attention
+step "done: $failures failure(s)"
+exit $((failures > 0))

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# On a machine with >= 2 NVLink GPUs: GPU tests, compute-sanitizer on small shapes (not on the timing
-# tests: the sanitizer slows launches), error cases, then
-# `xstage calibrate --quick --verify` and the full `xstage calibrate`, timed. Everything lands in
-# ${OUT:-out}/: calibrate.log (the whole log) and calibration.tar.gz (platform files, raw CSV, reports, plots).
+# The X-Stage calibration on a GPU machine (at least 2 NVLink GPUs):
+#   1. the GPU tests (2 ranks), and compute-sanitizer memcheck, racecheck and synccheck on their small shapes (not
+#      on the timing tests: the sanitizer slows launches);
+#   2. bad input: a clear error and the documented exit status;
+#   3. `xstage calibrate --quick --verify`, the full `xstage calibrate` (both timed), one-way, and all-peers with
+#      more than 2 GPUs.
+# Knobs: XSTAGE_BUILD and OUT (scripts/gpu/env.sh).
+# Writes $OUT/calibrate.log and $OUT/calibrate.tar.xz (per sweep: platform.json, samples.csv, report.json, plots/).
+#
+#   bash scripts/gpu/calibrate.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; mkdir -p "$OUT/work"
-LOG="$OUT/calibrate.log"; exec > >(tee "$LOG") 2>&1
+log_to calibrate
+W="$OUT/calibrate"; mkdir -p "$W"
+TESTS="$XSTAGE_BUILD/tests/xstage_gpu_tests"
+require_build "$X" "$TESTS"
 failures=0
 expect_exit() {  # expect_exit CODE PATTERN -- command...
   local want=$1 pattern=$2; shift 3
@@ -22,41 +30,40 @@ nvidia-smi topo -m
 date -u
 
 step "GPU tests (2 ranks)"
-"$XSTAGE_TEST_DIR/xstage_gpu_tests" || failures=$((failures+1))
+"$TESTS" || failures=$((failures+1))
 
 step "compute-sanitizer memcheck on the GPU tests (small shapes)"
 compute-sanitizer --tool memcheck --report-api-errors no --target-processes all \
-  "$XSTAGE_TEST_DIR/xstage_gpu_tests" --gtest_filter='*Intact*:*Rejected*' 2>&1 | tail -n 30 || failures=$((failures+1))
+  "$TESTS" --gtest_filter='*Intact*:*Rejected*' 2>&1 | tail -n 30 || failures=$((failures+1))
 for tool in racecheck synccheck; do
   step "compute-sanitizer $tool"
   compute-sanitizer --tool $tool --target-processes all \
-    "$XSTAGE_TEST_DIR/xstage_gpu_tests" --gtest_filter='*StGlobalBursts*:*Tma*' 2>&1 | tail -n 8 || failures=$((failures+1))
+    "$TESTS" --gtest_filter='*StGlobalBursts*:*Tma*' 2>&1 | tail -n 8 || failures=$((failures+1))
 done
 
 step "bad input gives a clear error and a non-zero exit"
-expect_exit 3 "needs at least 2 GPUs" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 1
-expect_exit 3 "are visible" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 9
-expect_exit 3 "only 1 GPU is visible" -- env CUDA_VISIBLE_DEVICES=0 "$XSTAGE_BIN_DIR/xstage" calibrate
-expect_exit 2 "is not in 1..132" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --K 500 --quick --no-plots --out "$OUT/work/bad"
-expect_exit 2 "bytes is invalid" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --B-kib 1000000 --quick --no-plots --out "$OUT/work/bad"
-expect_exit 2 "not an integer" -- "$XSTAGE_BIN_DIR/xstage" calibrate --gpus 2 --K 16,x
+expect_exit 3 "needs at least 2 GPUs" -- "$X" calibrate --gpus 1
+expect_exit 3 "are visible" -- "$X" calibrate --gpus 9
+expect_exit 3 "only 1 GPU is visible" -- env CUDA_VISIBLE_DEVICES=0 "$X" calibrate
+expect_exit 2 "is not in 1..132" -- "$X" calibrate --gpus 2 --K 500 --quick --no-plots --out "$W/bad"
+expect_exit 2 "bytes is invalid" -- "$X" calibrate --gpus 2 --B-kib 1000000 --quick --no-plots --out "$W/bad"
+expect_exit 2 "not an integer" -- "$X" calibrate --gpus 2 --K 16,x
 
 step "xstage calibrate --quick --verify"
-timed "quick calibration" -- "$XSTAGE_BIN_DIR/xstage" calibrate --quick --verify --out "$OUT/work/quick" \
+timed "quick calibration" -- "$X" calibrate --quick --verify --out "$W/quick" \
   || failures=$((failures+1))
 
 step "xstage calibrate (full)"
-timed "full calibration" -- "$XSTAGE_BIN_DIR/xstage" calibrate --out "$OUT/work/full" || failures=$((failures+1))
+timed "full calibration" -- "$X" calibrate --out "$W/full" || failures=$((failures+1))
 
 step "xstage calibrate --pairing one-way (full)"
-"$XSTAGE_BIN_DIR/xstage" calibrate --pairing one-way --no-plots --out "$OUT/work/one-way" || failures=$((failures+1))
+"$X" calibrate --pairing one-way --no-plots --out "$W/one-way" || failures=$((failures+1))
 
-gpus=$(nvidia-smi -L | grep -c '^GPU')
-if [ "$gpus" -gt 2 ]; then  # with 2 GPUs all-peers is the ring
-  step "xstage calibrate --pairing all-peers (full, $gpus GPUs)"
-  "$XSTAGE_BIN_DIR/xstage" calibrate --pairing all-peers --no-plots --out "$OUT/work/all-peers" || failures=$((failures+1))
+if [ "$GPUS" -gt 2 ]; then  # with 2 GPUs all-peers is the ring
+  step "xstage calibrate --pairing all-peers (full, $GPUS GPUs)"
+  "$X" calibrate --pairing all-peers --no-plots --out "$W/all-peers" || failures=$((failures+1))
 fi
 
-tar -C "$OUT/work" -czf "$OUT/calibration.tar.gz" . && rm -rf "$OUT/work"
+pack "$W" calibrate
 step "done: $failures failure(s)"
 exit $((failures > 0))

@@ -1,22 +1,46 @@
-# Sourced by the GPU scripts: the environment every xstage run on a GPU machine needs, and two log helpers.
+# shellcheck shell=bash
+# Sourced by every scripts/gpu/*.sh (from the repository root): what they share.
+#
+#   XSTAGE_BUILD  the build directory the binaries come from (default: build): $XSTAGE_BUILD/xstage, the GPU test
+#                 programs in $XSTAGE_BUILD/tests/, the C library $XSTAGE_BUILD/libxstage_c.so (exported as
+#                 XSTAGE_C_LIBRARY for the Python package, with PYTHONPATH=python)
+#   OUT           the folder every output goes to (default: out): <script>.log, the whole log, and
+#                 <script>.tar.xz, the raw files (results/README.md)
+#   GPUS          the GPUs (ranks) a multi-GPU step uses (default: every visible GPU)
+#
 # Multicast (NVLS) stays off: it can take down a shared host.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+XSTAGE_BUILD=${XSTAGE_BUILD:-build}
+OUT=${OUT:-out}
+# shellcheck disable=SC2034  # X: the scripts' xstage
+X="$XSTAGE_BUILD/xstage"
+GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+XSTAGE_C_LIBRARY=$(realpath -m "$XSTAGE_BUILD/libxstage_c.so")
+export XSTAGE_C_LIBRARY PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 # The binaries link libnccl.so.2; on machines where NCCL comes from PyPI, point the loader at it.
 if NCCL_PIP_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null); then
   export LD_LIBRARY_PATH="$NCCL_PIP_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-# Prebuilt binaries (carried from a build machine) or the local build.
-XSTAGE_BIN_DIR=${XSTAGE_BIN_DIR:-$( [ -x .carry/bin/xstage ] && echo .carry/bin || echo build )}
-XSTAGE_TEST_DIR=${XSTAGE_TEST_DIR:-$( [ -x .carry/bin/xstage_gpu_tests ] && echo .carry/bin || echo build/tests )}
 # cuBLAS (the MoE baseline links libcublas.so.13): the pip wheel next to torch, else the toolkit's.
 if CUBLAS_PIP_LIB=$(python3 -c "import glob, os, site; c = [os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(os.path.join(d, 'nvidia', '**', 'libcublas.so.13'), recursive=True)]; print(c[0]) if c else exit(1)" 2>/dev/null); then
   export LD_LIBRARY_PATH="$CUBLAS_PIP_LIB:$LD_LIBRARY_PATH"
 elif [ -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 fi
+# log_to NAME: everything the script prints from here on also goes to $OUT/NAME.log (OUT created).
+log_to() { mkdir -p "$OUT" && exec > >(tee "$OUT/$1.log") 2>&1; }
+# pack DIR NAME: DIR's files into $OUT/NAME.tar.xz (xz -9e: results/ keeps archives as they are), then DIR removed.
+pack() { tar -C "$1" -cf - . | xz -9e -T0 > "$OUT/$2.tar.xz" && rm -rf "$1"; }
+# require_build: stop with a clear message when the binaries are not there.
+require_build() {
+  local f
+  for f in "$@"; do
+    [ -e "$f" ] || { echo "error: $f not found: build first (scripts/build.sh) or set XSTAGE_BUILD to a build directory" >&2; exit 2; }
+  done
+}
 
-# Log helpers for the GPU scripts: a section header, a command with its wall time, and a command that must
-# fail with a given exit status (bad input: 2).
+# Log helpers: a section header, a command with its wall time, and a command that must fail with a given exit
+# status (bad input: 2).
 step() { echo; echo "=== $* ==="; }
 timed() {  # timed LABEL -- command...: runs it and prints its wall time
   local label=$1; shift 2

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# On a machine with >= 2 NVLink GPUs: the fused layer's GPU tests (and the device fp8 quantizers against the
-# host ones), `xstage moe check` (all cases, bf16 and fp8 W8A8, every implementation: the unfused baseline's
-# two GEMM paths and the fused MegaMoE kernel's two schedules), compute-sanitizer memcheck and racecheck of
-# the fused kernel on tiny checks in both precisions, then `xstage moe bench` over configs/moe_grid.json
-# (both precisions; MOE_BENCH_FILTER narrows it, MOE_BENCH_IMPL picks implementations), once as configured by
-# default and once with the fused kernel on M-pairs (--cluster-m 2). MOE_QUICK=1 runs the CTA-pair check on one
-# seed instead of three, each sanitizer on the plain cases only, and no M-pairs bench. Everything lands in
-# ${OUT:-out}/: moe.log (the whole log) and moe.tar.gz (check.json, bench.json, sanitizer logs).
+# The MoE layer on a GPU machine (expert parallelism over GPUS, default every visible GPU; one GPU is EP = 1):
+#   1. the fused layer's GPU tests (the call protocol: many calls in a row, a missing peer, a capacity overflow,
+#      bad router ids) and the device fp8 quantizers against the host ones;
+#   2. `xstage moe check` (all cases, bf16 and fp8 W8A8, every implementation: the unfused baseline and each fused
+#      schedule), then the fused kernel on one CTA per tile, on CTA pairs (three more fresh seeds), on M-pairs,
+#      and with 128x256 tiles on h = 384;
+#   3. compute-sanitizer memcheck and racecheck of the fused kernel on tiny checks in both precisions;
+#   4. bad input: a clear error;
+#   5. `xstage moe bench` over configs/moe_grid.json (both precisions), once as configured by default and once
+#      with the fused kernel on M-pairs (--cluster-m 2), one seed for both.
+# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+#   MOE_BENCH_FILTER  bench --filter (default: the whole grid)
+#   MOE_BENCH_IMPL    bench --impl (default: the unfused baseline and the three fused schedules)
+#   MOE_QUICK=1       the CTA-pair check on one seed instead of three, each sanitizer on the plain cases only,
+#                     no M-pairs bench
+# Writes $OUT/moe.log and $OUT/moe.tar.xz (check.json, bench.json, bench-m-pairs.json, sanitizer logs).
+#
+#   bash scripts/gpu/moe.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-XSTAGE_BIN_DIR=${XSTAGE_MOE_BIN_DIR:-$XSTAGE_BIN_DIR}
-OUT=${OUT:-out}; mkdir -p "$OUT/work"
-LOG="$OUT/moe.log"; exec > >(tee "$LOG") 2>&1
+log_to moe
+W="$OUT/moe"; mkdir -p "$W"
+TESTS="$XSTAGE_BUILD/tests/xstage_moe_gpu_tests"
+require_build "$X" "$TESTS"
 FILTER=${MOE_BENCH_FILTER:-}
 IMPL=${MOE_BENCH_IMPL:-unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
-X="$XSTAGE_BIN_DIR/xstage"
-GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}  # EP over every visible GPU unless GPUS says otherwise
 failures=0
 
 step "machine"
@@ -25,10 +34,10 @@ date -u
 ldd "$X" | grep -E "cublas|nccl" || true
 
 step "GPU tests: the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow), fp8 quantizers"
-timed "moe gpu tests" -- "$XSTAGE_TEST_DIR/xstage_moe_gpu_tests" || failures=$((failures+1))
+timed "moe gpu tests" -- "$TESTS" || failures=$((failures+1))
 
 step "xstage moe check (all cases, every implementation)"
-timed "check" -- "$X" moe check --gpus "$GPUS" --out "$OUT/work/check.json" || failures=$((failures+1))
+timed "check" -- "$X" moe check --gpus "$GPUS" --out "$W/check.json" || failures=$((failures+1))
 
 step "the fused kernel with one CTA per tile (--cluster 1; the check above runs CTA pairs wherever the tiles pair up)"
 timed "check one CTA per tile" -- "$X" moe check --gpus "$GPUS" --cluster 1 \
@@ -57,17 +66,17 @@ step "compute-sanitizer memcheck and racecheck of the fused kernel on tiny check
 for tool in memcheck racecheck; do
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
     "$X" moe check --gpus "$GPUS" --cases k2-balanced,k5-empty,h384 --impl megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved \
-    --device-timeout-s 300 > "$OUT/work/$tool.log" 2>&1
-  rc=$?; tail -n 6 "$OUT/work/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
+    --device-timeout-s 300 > "$W/$tool.log" 2>&1
+  rc=$?; tail -n 6 "$W/$tool.log"; [ $rc = 0 ] || failures=$((failures+1))
   [ -n "${MOE_QUICK:-}" ] && continue
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
     "$X" moe check --gpus "$GPUS" --cases k6-pairs-balanced,k4-skewed-i256 --cluster-m 2 --impl megamoe-wave,megamoe-interleaved \
-    --device-timeout-s 300 > "$OUT/work/$tool-m-pairs.log" 2>&1
-  rc=$?; tail -n 3 "$OUT/work/$tool-m-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
+    --device-timeout-s 300 > "$W/$tool-m-pairs.log" 2>&1
+  rc=$?; tail -n 3 "$W/$tool-m-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
   timeout 200 compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
     "$X" moe check --gpus "$GPUS" --cases k6-pairs-balanced --cluster 2 --impl megamoe-wave,megamoe-interleaved \
-    --device-timeout-s 300 > "$OUT/work/$tool-pairs.log" 2>&1
-  rc=$?; tail -n 3 "$OUT/work/$tool-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
+    --device-timeout-s 300 > "$W/$tool-pairs.log" 2>&1
+  rc=$?; tail -n 3 "$W/$tool-pairs.log"; [ $rc = 0 ] || failures=$((failures+1))
 done
 
 step "bad input gives a clear error"
@@ -78,14 +87,14 @@ expect_status 2 "unknown implementation" -- "$X" moe check --gpus "$GPUS" --impl
 SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
 step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER} --seed $SEED"
 timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --seed "$SEED" \
-  --out "$OUT/work/bench.json" || failures=$((failures+1))
+  --out "$W/bench.json" || failures=$((failures+1))
 
 if [ -z "${MOE_QUICK:-}" ]; then
   step "the same bench with the fused kernel on M-pairs (--cluster-m 2; configurations with a half-full block skip)"
   timed "bench M-pairs" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --seed "$SEED" --cluster-m 2 \
-    --out "$OUT/work/bench-m-pairs.json" || failures=$((failures+1))
+    --out "$W/bench-m-pairs.json" || failures=$((failures+1))
 fi
 
-tar -C "$OUT/work" -czf "$OUT/moe.tar.gz" . && rm -rf "$OUT/work"
+pack "$W" moe
 step "done: $failures failure(s)"
 exit $((failures > 0))

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# On a GPU machine (expert parallelism over every visible GPU unless GPUS says otherwise; one GPU is EP = 1):
-# the MegaMoE schedule chosen per layer (megamoe-auto) judged on configurations it was not tuned on.
+# The MegaMoE schedule chosen per layer (megamoe-auto) judged on configurations it was not tuned on, on a GPU
+# machine (expert parallelism over GPUS, default every visible GPU; one GPU is EP = 1):
 #   1. `xstage moe check --impl megamoe-auto`: the chosen configurations are correct (every check case);
 #   2. per grid file of MOE_SCHED_CONFIGS (default: configs/moe_heldout.json and configs/moe_grid.json), `xstage
 #      moe bench` with every fused schedule and megamoe-auto, then the same with M-pairs (--cluster-m 2), one seed
 #      for both, into <grid name>/bench.json and bench-m-pairs.json: the six variants the rule chooses among, and
-#      what it chose, in the same run (tools/moe_auto_eval.py <that folder> <the committed plan> scores it);
+#      what it chose, in the same run (tools/moe/auto_eval.py <that folder> <the committed plan> scores it);
 #   3. the interleaved schedule's lead D swept on the DeepSeek-V3-like layer (D_knee is the default);
-#   4. with an instrumented build (XSTAGE_STATS_BIN=<dir with xstage built with -DXSTAGE_MOE_STATS=ON>): the
+#   4. with an instrumented build (XSTAGE_STATS_BUILD, built with CMake -DXSTAGE_MOE_STATS=ON): the
 #      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and
-#      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe_trace.py; needs matplotlib).
-# MOE_SCHED_TRIALS (default 20) sets the trials per configuration. On a device with a per-command time limit, run
-# the grid files in separate calls (MOE_SCHED_CONFIGS=configs/moe_heldout.json, then configs/moe_grid.json).
-# Everything lands in ${OUT:-out}/: moe_schedules.log and moe_schedules.tar.gz.
+#      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe/trace_figures.py; needs matplotlib).
+# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+#   MOE_SCHED_CONFIGS  the grid files (default: configs/moe_heldout.json configs/moe_grid.json; one at a time
+#                      where a command's time is limited)
+#   MOE_SCHED_TRIALS   trials per configuration (default 20)
+#   XSTAGE_STATS_BUILD the build directory of the instrumented build (step 4; unset: no traces)
+# Writes $OUT/moe_schedules.log and $OUT/moe_schedules.tar.xz (check_auto.json, <grid name>/bench*.json, lead/,
+# trace/, trace_figures/).
+#
+#   bash scripts/gpu/moe_schedules.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; W="$OUT/moe_schedules"; mkdir -p "$W"
-exec > >(tee "$OUT/moe_schedules.log") 2>&1
-X="$XSTAGE_BIN_DIR/xstage"
-GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+log_to moe_schedules
+W="$OUT/moe_schedules"; mkdir -p "$W"
+require_build "$X"
 TRIALS=${MOE_SCHED_TRIALS:-20}
 FUSED=megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved
 failures=0
@@ -52,18 +57,18 @@ for dtype in bf16 fp8; do
   done
 done
 
-if [ -n "${XSTAGE_STATS_BIN:-}" ]; then
+if [ -n "${XSTAGE_STATS_BUILD:-}" ]; then
   step "per-tile traces (instrumented build): the fine-grained held-out shape and the DeepSeek-V3-like layer"
-  timed "trace fine-grained" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" --config configs/moe_heldout.json \
+  timed "trace fine-grained" -- timeout 300 "$XSTAGE_STATS_BUILD/xstage" moe bench --gpus "$GPUS" --config configs/moe_heldout.json \
     --filter "h4096-i256-e64-k8/t6144/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
     --trace "$W/trace" --out "$W/trace_fine_bench.json" || failures=$((failures+1))
-  timed "trace DeepSeek-V3-like" -- timeout 300 "$XSTAGE_STATS_BIN/xstage" moe bench --gpus "$GPUS" \
+  timed "trace DeepSeek-V3-like" -- timeout 300 "$XSTAGE_STATS_BUILD/xstage" moe bench --gpus "$GPUS" \
     --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" --impl megamoe-wave,megamoe-interleaved --trials 5 --seed "$SEED" \
     --trace "$W/trace" --out "$W/trace_dsv3_bench.json" || failures=$((failures+1))
-  python3 tools/moe_trace.py "$W/trace" --out "$W/trace_figures" || failures=$((failures+1))
+  python3 tools/moe/trace_figures.py "$W/trace" --out "$W/trace_figures" || failures=$((failures+1))
   xz -9 "$W"/trace/*.json
 fi
 
-tar -C "$W" -czf "$OUT/moe_schedules.tar.gz" . && rm -rf "$W"
+pack "$W" moe_schedules
 step "done: $failures failure(s)"
 exit $((failures > 0))

@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# On a GPU machine: xstage from PyTorch (docs/PYTHON.md). Needs the C library (XSTAGE_C_LIBRARY, default
-# .carry/python/libxstage_c.so, else build/libxstage_c.so) and, where PyPI cannot be reached, the wheels
-# scripts/fetch_wheels.sh downloads, in $XSTAGE_WHEELS (env.sh's use_wheels: those this Python lacks).
+# xstage from PyTorch (docs/PYTHON.md) on a GPU machine (any number of GPUs; one is enough):
 #   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
 #      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
-#   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh; here
-#      $ROUNDS rounds, default 1);
+#   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh, its own
+#      log and archive beside this script's; here ROUNDS rounds, default 1);
 #   3. the diffusers examples (examples/diffusers/: the attention backend, swap_moe, and with two or more GPUs
-#      the Ulysses backend under enable_parallelism), each printing its error against diffusers' own.
-# Everything lands in ${OUT:-out}/: python.log and python.tar.gz (the JSONs and logs).
+#      the Ulysses backend under enable_parallelism), each printing its error against diffusers' own (the
+#      measurements: scripts/gpu/diffusers.sh).
+# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+#   XSTAGE_WHEELS  where PyPI cannot be reached: a folder with the wheels scripts/fetch_wheels.sh downloads
+#                  (env.sh's use_wheels installs those this Python lacks)
+#   ROUNDS         rounds of step 2 (default 1)
+# Writes $OUT/python.log and $OUT/python.tar.xz (pytest.xml), and step 2's
+# $OUT/torch_vs_cli.log and $OUT/torch_vs_cli.tar.xz.
+#
+#   bash scripts/gpu/python.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; W="$OUT/python"; mkdir -p "$W"
-exec > >(tee "$OUT/python.log") 2>&1
-export PYTHONUNBUFFERED=1
-X="$XSTAGE_BIN_DIR/xstage"
-GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$PWD/$LIB PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+log_to python
+W="$OUT/python"; mkdir -p "$W"
+require_build "$X" "$XSTAGE_C_LIBRARY"
 [ -z "${XSTAGE_WHEELS:-}" ] || use_wheels "$XSTAGE_WHEELS" || exit 1
 failures=0
 
@@ -34,9 +36,9 @@ if [ "$GPUS" -ge 2 ]; then
     -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
 fi
 
-ROUNDS=${ROUNDS:-1} OUT="$W" bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
+ROUNDS=${ROUNDS:-1} bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))
 
-step "diffusers examples (the three one-line switches; the measurements: scripts/gpu/diffusers.sh)"
+step "diffusers examples"
 timed "attention" -- timeout 300 python3 examples/diffusers/attention.py || failures=$((failures+1))
 timed "moe" -- timeout 300 python3 examples/diffusers/moe.py || failures=$((failures+1))
 if [ "$GPUS" -ge 2 ]; then
@@ -44,6 +46,6 @@ if [ "$GPUS" -ge 2 ]; then
     examples/diffusers/ulysses.py || failures=$((failures+1))
 fi
 
-tar -C "$W" -czf "$OUT/python.tar.gz" . && rm -rf "$W"
+pack "$W" python
 step "done: $failures failure(s)"
 exit $((failures > 0))

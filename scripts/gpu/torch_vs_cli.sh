@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# On a GPU machine: each op timed through torch (tools/time_ops.py) beside the same kernels timed by
-# the CLI (`xstage attention bench`, `xstage moe bench`), in $ROUNDS (default 3) interleaved rounds of the same
-# protocol, the SM clock and power sampled by nvidia-smi meanwhile; then the ratios per round
-# (tools/torch_vs_cli.py); first, where an eager call's host time goes (tools/host_costs.py).
-# Needs what scripts/gpu/python.sh needs (the C library, the binaries).
-# Everything lands in ${OUT:-out}/torch-vs-cli/ (scripts/gpu/python.sh packs it with its own results).
+# The ops through torch against the same kernels through the CLI, on a GPU machine (one GPU):
+#   1. where an eager call's host time goes (tools/python/host_costs.py);
+#   2. each op timed through torch (tools/python/time_ops.py) beside the same kernels timed by the CLI (`xstage
+#      attention bench`, `xstage moe bench`), in ROUNDS interleaved rounds of the same protocol, the SM clock and
+#      power sampled by nvidia-smi meanwhile;
+#   3. the ratios per round (tools/python/torch_vs_cli.py: torch_vs_cli.txt).
+# Knobs (besides XSTAGE_BUILD and OUT: scripts/gpu/env.sh; the Python package needs torch):
+#   ROUNDS  rounds (default 3)
+# Writes $OUT/torch_vs_cli.log and $OUT/torch_vs_cli.tar.xz (host_costs.json, per round i time_ops_<i>.json,
+# attention_bench_<i>.json, moe_bench_<i>.json; clocks.csv, torch_vs_cli.txt and .json).
+#
+#   bash scripts/gpu/torch_vs_cli.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; W="$OUT/torch-vs-cli"; mkdir -p "$W"
+log_to torch_vs_cli
+W="$OUT/torch_vs_cli"; mkdir -p "$W"
+require_build "$X" "$XSTAGE_C_LIBRARY"
 ROUNDS=${ROUNDS:-3}
-X="$XSTAGE_BIN_DIR/xstage"
-LIB=${XSTAGE_C_LIBRARY:-$( [ -f .carry/python/libxstage_c.so ] && echo .carry/python/libxstage_c.so || echo build/libxstage_c.so )}
-export XSTAGE_C_LIBRARY=$(realpath "$LIB") PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 failures=0
 step "host time of an eager flash_attention call, piece by piece"
-timed "host_costs" -- timeout 300 python3 tools/host_costs.py --out "$W/host_costs.json" || failures=$((failures+1))
+timed "host_costs" -- timeout 300 python3 tools/python/host_costs.py --out "$W/host_costs.json" || failures=$((failures+1))
 step "the ops through torch and the same kernels through the CLI: $ROUNDS interleaved round(s), SM clock sampled"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 > "$W/clocks.csv" &
 clocks=$!
 for i in $(seq 1 "$ROUNDS"); do
-  timed "time_ops $i" -- timeout 300 python3 tools/time_ops.py --moe-dtypes bf16 --schedules auto,interleaved \
+  timed "time_ops $i" -- timeout 300 python3 tools/python/time_ops.py --moe-dtypes bf16 --schedules auto,interleaved \
     --out "$W/time_ops_$i.json" || failures=$((failures+1))
   timed "attention bench $i" -- timeout 120 "$X" attention bench --seqlens 8192 --heads 4,12 --head-dims 128,64 \
     --json "$W/attention_bench_$i.json" || failures=$((failures+1))
@@ -28,6 +33,7 @@ for i in $(seq 1 "$ROUNDS"); do
     --impl megamoe-auto,megamoe-interleaved --out "$W/moe_bench_$i.json" || failures=$((failures+1))
 done
 kill "$clocks"
-python3 tools/torch_vs_cli.py "$W" | tee "$W/torch_vs_cli.txt" || failures=$((failures+1))
-step "torch vs CLI done: $failures failure(s)"
+python3 tools/python/torch_vs_cli.py "$W" | tee "$W/torch_vs_cli.txt" || failures=$((failures+1))
+pack "$W" torch_vs_cli
+step "done: $failures failure(s)"
 exit $((failures > 0))

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# On a GPU machine (any number of GPUs; one is enough): the Ulysses attention layer with its all-to-all
-# serial or fused into the attention epilogue (docs/ATTENTION.md, "Fused Ulysses").
+# The Ulysses attention layer with its all-to-all serial or fused into the attention epilogue (docs/ATTENTION.md,
+# "Fused Ulysses"), on a GPU machine (ranks over GPUS, default every visible GPU; one is enough):
 #   1. the plain attention check (the kernel the fused one shares);
 #   2. `xstage attention ulysses check` over every visible GPU (real ranks, NCCL), and with 2, 4 and 8 virtual
 #      ranks on one GPU: serial against the fp32 reference, fused bit-identical to serial, both store paths;
 #   3. 1000 fused launches back to back, the output poisoned before each (real ranks and 2 virtual ranks);
 #   4. compute-sanitizer memcheck and racecheck on the small shapes;
 #   5. the sweep (`ulysses bench`): FA-only, A2A-only, serial, fused (TMA and st.global), the whole layer, the
-#      audit's predictions; and what users run today, cuDNN SDPA + NCCL all-to-all (tools/ulysses_torch_bench.py);
-#   6. the table (Table 3 analog) and the figure (Fig. 11 analog) from the raw JSON (tools/ulysses_report.py).
-# ULYSSES_QUICK=1 trims the sweep to M = 8192, 16384, 32768 and d = 128. Everything lands in ${OUT:-out}/:
-# ulysses.log (the whole log) and ulysses.tar.gz (JSON, sanitizer logs, table, figure).
+#      audit's predictions; and what users run today, cuDNN SDPA + NCCL all-to-all (tools/attention/ulysses_torch_bench.py);
+#   6. the table (Table 3 analog) and the figure (Fig. 11 analog) from the raw JSON (tools/attention/ulysses_report.py).
+# Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
+#   ULYSSES_QUICK=1  the sweep at M = 8192, 16384, 32768 and d = 128 only
+# Writes $OUT/ulysses.log and $OUT/ulysses.tar.xz (the JSONs, sanitizer logs, table.md, fig11.png).
+#
+#   bash scripts/gpu/ulysses.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/env.sh
-OUT=${OUT:-out}; W="$OUT/ulysses"; mkdir -p "$W"
-exec > >(tee "$OUT/ulysses.log") 2>&1
-export PYTHONUNBUFFERED=1
-X="$XSTAGE_BIN_DIR/xstage"
-GPUS=${GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+log_to ulysses
+W="$OUT/ulysses"; mkdir -p "$W"
+require_build "$X"
 SWEEP=(--seqlens 4096,8192,16384,32768,49152,65536 --heads 4,12 --head-dims 128,64 --trials 10 --replays 5)
 [ -n "${ULYSSES_QUICK:-}" ] && SWEEP=(--seqlens 8192,16384,32768 --heads 4,12 --head-dims 128)
 failures=0
@@ -60,14 +61,14 @@ step "xstage attention ulysses bench ${SWEEP[*]}"
 timed "bench" -- timeout 400 "$X" attention ulysses bench --gpus "$GPUS" "${SWEEP[@]}" --out "$W/bench.json" || failures=$((failures+1))
 
 step "cuDNN SDPA + NCCL all-to-all (torch), the same shapes"
-if [ -f tools/ulysses_torch_bench.py ]; then
-  timed "torch bench" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" tools/ulysses_torch_bench.py "${SWEEP[@]}" \
+if [ -f tools/attention/ulysses_torch_bench.py ]; then
+  timed "torch bench" -- timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" tools/attention/ulysses_torch_bench.py "${SWEEP[@]}" \
     --out "$W/bench_torch.json" || failures=$((failures+1))
 fi
 
 step "table and figure"
-python3 tools/ulysses_report.py --bench "$W/bench.json" --torch "$W/bench_torch.json" --out "$W" || failures=$((failures+1))
+python3 tools/attention/ulysses_report.py --bench "$W/bench.json" --torch "$W/bench_torch.json" --out "$W" || failures=$((failures+1))
 
-tar -C "$W" -czf "$OUT/ulysses.tar.gz" . && rm -rf "$W"
+pack "$W" ulysses
 step "done: $failures failure(s)"
 exit $((failures > 0))

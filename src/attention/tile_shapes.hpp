@@ -35,7 +35,7 @@ constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) {
 }
 
 // Throughput per query row of kHdim64Rows192 over kHdim64Rows128 once wave quantisation is factored
-// out, measured on H200 (results/h200/attention/2026-11-30-variants: 1.13-1.16 at h=4 and 12).
+// out, measured on H200 (1.13-1.16 at h=4 and 12; docs/ATTENTION.md, "Experiments and what they showed").
 constexpr double kHdim64Rows192Speedup = 1.14;
 
 // A persistent CTA takes its tiles one after another: the makespan is ceil(tiles / grid) tile times.

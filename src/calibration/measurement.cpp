@@ -1,5 +1,5 @@
 // BurstSample CSV: the raw artefact of `xstage calibrate`, and the input of the fit and of
-// tools/plot_calibration.py. One header row naming the columns, then one sample per row. Columns are
+// tools/calibration/plot.py. One header row naming the columns, then one sample per row. Columns are
 // looked up by name, so a reader tolerates reordered or extra columns; every known column is required.
 #include "calibration/measurement.hpp"
 

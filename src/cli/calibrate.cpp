@@ -137,7 +137,7 @@ void run_rank(const comm::RankEnv& env, const CalibrateArgs& args) {
   print_summary(sweep, fits, args, rt.world_size());
 
   if (args.plots) {
-    const std::string cmd = "python3 '" + shipped_file("tools/plot_calibration.py") + "' --samples '" + samples_path +
+    const std::string cmd = "python3 '" + shipped_file("tools/calibration/plot.py") + "' --samples '" + samples_path +
                             "' --platform '" + platform_path + "' --out '" + args.out_dir + "/plots'";
     if (std::system(cmd.c_str()) != 0)
       std::fprintf(stderr, "xstage: warning: plotting failed (needs python3 with matplotlib); the data is in %s\n",

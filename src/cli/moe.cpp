@@ -47,9 +47,9 @@ namespace {
 // W8A8 reference's; what differs is the fp32 promotion sums and Hopper's fp8 wgmma, which accumulates a 128-K
 // block with about 14 significant bits (DeepSeek-V3 report, §3.3.2): where an activation lies that close to a
 // rounding boundary its requantized e4m3 code flips by one (6-12% of the value). Over many rows the flips
-// average out: <= 5.6e-3 on every case with >= 64 tokens per rank (144 results, results/h200x2/moe/run23 ..
-// run28). With 1 or 3 tokens one flip weighs ~5e-3: up to 1.9e-2 over 12 fresh seeds on the 1-token case
-// (run29, where run23's binary gives run28's 1.1e-2 failure bit for bit). The unfused fp8 layer also rounds
+// average out: <= 5.6e-3 on every case with >= 64 tokens per rank (144 results over six runs). With 1 or 3
+// tokens one flip weighs ~5e-3: up to 1.9e-2 over 12 fresh seeds on the 1-token case, an earlier binary's
+// 1.1e-2 failure reproduced bit for bit (docs/MOE.md, "Check"). The unfused fp8 layer also rounds
 // Linear-1 to bf16 before SwiGLU and the requantization, as users run it, which moves many more codes: up to
 // 1.75e-2 (>= 64 tokens) and 2.5e-2 (< 64). Hence 1e-2 (fused) and 3e-2 (unfused) from 64 tokens on, 4e-2
 // below; a misindexed scale or K block moves the layer by >= 1e-1.
@@ -754,7 +754,7 @@ void add_moe_command(CLI::App& app) {
                     "layer's time the power limit sets");
   bench->add_option("--trace", args->trace_dir,
                     "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
-                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe_trace.py plots it)");
+                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe/trace_figures.py plots it)");
   bench->callback([args] {
     if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto";
     spawn_or_run(*args, false);

@@ -648,7 +648,7 @@ json choice_json(const moe::ScheduleChoice& c) {
           {"candidates", cands}};
 }
 
-// --rule NAME=VALUE: one constant of the schedule rule replaced (tools/moe_rule_sensitivity.py uses it).
+// --rule NAME=VALUE: one constant of the schedule rule replaced (tools/moe/rule_sensitivity.py uses it).
 moe::ScheduleRule rule_with(const std::vector<std::string>& overrides) {
   moe::ScheduleRule r;
   for (const std::string& kv : overrides) {

@@ -53,8 +53,8 @@ FusedMoeLayer::FusedMoeLayer(const MoeProblem& pr, comm::Runtime& rt, const Fuse
                    "MegaMoE: CTA pairs need an even number of Linear-1 and Linear-2 n-blocks (P1 = " + std::to_string(pr_.P1_l1_n_blocks()) +
                        ", P2 = " + std::to_string(pr_.P2_l2_n_blocks()) + (half_l2 ? ", a half-full last block" : "") + ") and SMs (" +
                        std::to_string(grid_) + ")");
-    // Automatic: pairs for the interleaved schedule only. Same-run A/B over the grid (results/h200x2/moe/
-    // run24-pairs): pairs made the interleaved schedule 4-6% faster on the DeepSeek-V3-like shapes and
+    // Automatic: pairs for the interleaved schedule only. Same-run A/B over the grid (docs/MOE.md, "CTA
+    // pairs"): pairs made the interleaved schedule 4-6% faster on the DeepSeek-V3-like shapes and
     // neutral elsewhere (geomean 0.995), but the waves 1-2% and the pipelined waves 2-12% slower: the two
     // CTAs of a pair run in lockstep, so each waits for the other's dependencies as well as its own.
     cluster_n_ = opt_.cluster_n > 0 ? opt_.cluster_n : (pairs && opt_.schedule == MoeScheduleKind::interleaved ? 2 : 1);

@@ -82,8 +82,8 @@ TEST(TileShapes, ConfigurationsAreConsistent) {
   EXPECT_EQ(ceil_div(1, 192), 1);
 }
 
-// The wave model against the H200 measurements that set it (results/h200/attention/2026-11-30-variants,
-// 132 SMs, batch 1): which d=64 configuration was faster at each point.
+// The wave model against the H200 measurements that set it (docs/ATTENTION.md, "Experiments and what they
+// showed"; 132 SMs, batch 1): which d=64 configuration was faster at each point.
 TEST(TileConfigChoice, MatchesMeasuredWinnersOnH200) {
   struct Point {
     int heads, seqlen;

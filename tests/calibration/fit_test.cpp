@@ -245,7 +245,7 @@ TEST(FitPlatformTriple, OutputIsAValidPlatformFile) {
 
 // The artefacts a calibration leaves (samples.csv + platform.json, both store paths) from synthetic truths,
 // written and read back: the fit recovers each path's drain rate from its own samples, and the files
-// round-trip. Written to XSTAGE_SYNTHETIC_OUT when set (inputs for tools/plot_calibration.py), else to a
+// round-trip. Written to XSTAGE_SYNTHETIC_OUT when set (inputs for tools/calibration/plot.py), else to a
 // temporary folder that is removed.
 TEST(SyntheticArtefacts, WriteReadBackAndFitEachPath) {
   const char* keep = std::getenv("XSTAGE_SYNTHETIC_OUT");

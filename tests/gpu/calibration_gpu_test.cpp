@@ -1,5 +1,5 @@
 // GPU tests of the runtime and the remote-store microbenchmarks. Needs 2 GPUs joined by NVLink; run by
-// scripts/gpu/calibrate.sh on the GPU machine, never by ctest (CI has no GPU).
+// scripts/gpu/calibrate.sh on a GPU machine, never by ctest (CI has no GPU).
 //
 // Started without RANK in the environment, the program starts one local rank of itself per visible GPU
 // (at least 2); each rank runs

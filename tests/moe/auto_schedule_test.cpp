@@ -131,7 +131,7 @@ TEST(MoeAudit, HeadlineBookkeeping) {
     EXPECT_GE(a.combine.K_act.mean, 1.0) << name;
     EXPECT_LE(a.combine.K_act.max, 132.0) << name;
     // On H200 the headline's Linear-2 tiles drain well inside one mainloop: no MMA stall (the kernel measured
-    // 0.3-1.0% staging waits here, run44).
+    // 0.3-1.0% staging waits here on 2 × H200).
     EXPECT_LT(a.combine.T_RS_ns.max, a.combine.T_cover_ns.min) << name;
     EXPECT_DOUBLE_EQ(a.combine.stall_ns_per_cta, 0.0) << name;
     ASSERT_TRUE(a.aligned.has_value()) << name;
@@ -230,7 +230,8 @@ TEST(MoeChoice, PassModelReadsBigExpertsAgainOnlyWhenInterleaved) {
 
 ScheduleChoice choose(const MoeProblem& pr) { return choose_schedule(pr, 132); }
 
-// What the rule picks on shapes of the committed grid (results/h200x2/moe/auto-rule/ scores all of them).
+// What the rule picks on shapes of the committed grid (docs/MOE.md, "Choosing the schedule per layer", scores
+// all of them).
 TEST(MoeChoice, PicksPerLayer) {
   const ScheduleChoice head = choose(layer(7168, 2048, 256, 8, 4096));
   EXPECT_EQ(head.schedule, MoeScheduleKind::expert_wave);  // bf16: the waves' boundaries cost less than interleaving's L2 load

@@ -1,5 +1,5 @@
 """xstage.diffusers on a machine without a GPU: the "xstage" backend in diffusers' registry, the version check,
-every model of tools/dit_models.py (what the GPU benchmark times) traced on meta tensors through the backend,
+every model of tools/dit/models.py (what the GPU benchmark times) traced on meta tensors through the backend,
 torch.compile(fullgraph=True) of a whole Flux transformer as one graph, the masks, the composed Ulysses index
 math (P ranks as threads), swap_moe on meta tensors, and every error the backend raises.
 
@@ -22,7 +22,7 @@ import xstage.diffusers as xd
 from support import Capture
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import dit_models  # noqa: E402
+from dit import models as dit_models  # noqa: E402
 
 from diffusers.models.attention_dispatch import (  # noqa: E402
     AttentionBackendName,

@@ -19,7 +19,7 @@ import xstage.diffusers  # noqa: F401
 from support import Capture
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import dit_models  # noqa: E402
+from dit import models as dit_models  # noqa: E402
 
 from diffusers import ContextParallelConfig  # noqa: E402
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# results/ stays small: the files git tracks under results/ may take at most 10 MiB together (large logs
-# compressed with xz, no profiler archives: results/README.md). Without git, or outside a git checkout
+# results/ stays small: the files git tracks under results/ may take at most 6 MiB together (raw files of 8 KiB or
+# more compressed with xz, no profiler archives: results/README.md). Without git, or outside a git checkout
 # (a source tarball), every file under results/ is counted instead.
 #
 #   tests/repo/results_size.sh [SOURCE_DIR] [LIMIT_BYTES]
 set -euo pipefail
 
 src=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
-limit=${2:-10485760}   # 10 MiB
+limit=${2:-6291456}   # 6 MiB
 cd "$src"
 [ -d results ] || { echo "results_size: no folder $src/results" >&2; exit 1; }
 
@@ -26,7 +26,7 @@ total=$(list | xargs -0 -r du -cb | awk '$2 == "total" { sum += $1 } END { print
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
 if [ "$total" -gt "$limit" ]; then
   echo "results_size: FAIL: the $what take $total bytes ($(mib "$total")), over the limit of $limit bytes ($(mib "$limit"))." >&2
-  echo "results_size: compress large logs with 'xz -9' and keep profiler archives out of the tree (results/README.md). The largest:" >&2
+  echo "results_size: compress raw files of 8 KiB or more with 'xz -9e', remove superseded runs nothing quotes and keep profiler archives out of the tree (results/README.md). The largest:" >&2
   list | xargs -0 -r du -b | sort -rn | head -n 10 >&2
   exit 1
 fi

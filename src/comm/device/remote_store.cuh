@@ -15,16 +15,6 @@
 #if defined(__CUDACC__)
 namespace xstage::comm {
 
-// One bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's shared memory
-// to global memory, local or a peer's through an LSA pointer, in the current bulk group.
-__device__ __forceinline__ void bulk_store(void* dst, const void* src_smem, std::uint32_t bytes) {
-  const unsigned src = static_cast<unsigned>(__cvta_generic_to_shared(src_smem));
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Until at most N committed groups still read their shared-memory source (the staging may be rewritten).
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
 // Until every committed group's writes are complete (for a peer: written at the peer).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 

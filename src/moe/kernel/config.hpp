@@ -30,7 +30,7 @@ inline constexpr int kDispatchUnitRows = 16;
 // kHalfL2: h is an odd multiple of 128 with b_n = 256, so each row's last Linear-2 block is half full (W2 read
 // per expert with TMA's zero fill past h, the storers and the fp8 consumers skip the missing half). A separate
 // instantiation, so the common case keeps the simpler code: measured, the general one made the fp8 kernel
-// 5–8% slower on the DeepSeek-V3-like shape (results/h200x2/moe/run22-half-block-cost).
+// 5–8% slower on the DeepSeek-V3-like shape (docs/MOE.md, "The kernel").
 //
 // kClusterN = 2: CTA pairs (scheduler.hpp's ClusterTiling) as a 2 × 1 thread-block cluster. Both CTAs run the
 // same rows with adjacent n-blocks, so each loads half of every A k-block (64 rows) and multicasts it to
@@ -60,8 +60,8 @@ struct MegaMoeConfig {
   static_assert(kFp8 || std::is_same_v<Element, cute::bfloat16_t>, "bf16 or fp8 e4m3");
   // L2 policy of the weight tiles' TMA loads. A weight tile is read by the few CTAs that run its n-block at
   // about the same time, then not again in the call. Marking it evict-first made the fp8 kernel 4-13% faster
-  // on every schedule and shape tried, but the bf16 kernel 0-6% slower (results/h200x2/moe/run25-weight-
-  // cache-hint: same binary otherwise, same seed, two rounds), so only fp8 uses it.
+  // on every schedule and shape tried, but the bf16 kernel 0-6% slower (same binary otherwise, same seed, two
+  // rounds; docs/MOE.md, "The weights' L2 policy"), so only fp8 uses it.
   static constexpr cute::TMA::CacheHintSm90 kWeightCacheHint =
       kFp8 ? cute::TMA::CacheHintSm90::EVICT_FIRST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 128 / int(sizeof(Element));
@@ -130,7 +130,8 @@ struct MegaMoeConfig {
                                                                     cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{})),
                                        TmaLoadB>;  // else W2 as one [E_local·h][h_inter] matrix, like W1
   // Mixed pairs load the operand they do not share whole, through a second, undivided copy of each descriptor
-  // (two half-box loads instead made the producer spill: fp8 interleaved 156 instead of 60 bytes, run38).
+  // (two half-box loads instead made the producer spill: fp8 interleaved 156 instead of 60 bytes; docs/MOE.md,
+  // "M-pairs").
   struct NoTma {};
   using TmaLoadAWhole = std::conditional_t<kClusterM == 2, decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
                                            cute::take<0, 2>(SmemLayoutA{}), TileShapeA{}, cute::_1{})), NoTma>;

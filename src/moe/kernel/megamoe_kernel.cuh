@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
 
   // 3. Roles, then 4. the top-k reduction. The reduction code follows both warpgroups' branches, so it is
   // compiled for the smaller setmaxnreg budget (warpgroup 0's 56 or 72 registers): 4 rows in flight, which
-  // fit. Measured alternatives (results/h200x2/moe/run24-pairs, run27-reduction-registers): 8 rows in
+  // fit. Measured alternatives (docs/MOE.md, "The top-k reduction"): 8 rows in
   // flight made the tail 2x longer; handing registers back with setmaxnreg before it made compute-sanitizer
   // racecheck run past its bound; a reduction inside each branch made ptxas spill more in the fp8 kernels
   // (8.9 vs 7.7 ms).

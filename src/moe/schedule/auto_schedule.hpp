@@ -12,10 +12,10 @@
 //               simulate_ctas) at the balanced load, tile times from an assumed throughput with ±10% seeded
 //               jitter: the dependency waits (wave boundaries, L1 stragglers) that the X-Stage model does not price;
 //   f(v)        the mainloop cost of what the lockstep does not see: interleaved bf16 1.056 (the L2's extra
-//               load with two experts' weights streaming, run43), pipelined waves 1.11 (two waves' weights
-//               in flight, run32), M-pairs 0.96 (each weight tile fetched once per pair, run43);
+//               load with two experts' weights streaming), pipelined waves 1.11 (two waves' weights in flight),
+//               M-pairs 0.96 (each weight tile fetched once per pair);
 //   h(v)        a hedge for the routing skew no one knows yet: waves +3.1%, M-pairs +2.2% (half of what
-//               Zipf-1.2 routing cost them on run44);
+//               Zipf-1.2 routing cost them on the committed grid);
 //   Δt(v)       the MoE audit's predicted X-Stage stall per CTA (Σ Δt over its Linear-2 tiles, from the
 //               aligned lockstep: the worst case for the combine bursts);
 //   B_reread(v) weight bytes read from HBM again because the rows that use a weight tile do not run while
@@ -40,7 +40,7 @@
 namespace xstage::moe {
 
 // M_X of 2 × H200 over NVLink4 for the combine bursts of one 128 × 256 bf16 Linear-2 tile's remote half at
-// P = 2 (32 KiB), at K = 132: platforms/h200_nvlink4.json (xstage calibrate, results/h200x2/calibration/),
+// P = 2 (32 KiB), at K = 132: platforms/h200_nvlink4.json (xstage calibrate, docs/CALIBRATION.md),
 // st_global_16B: T_iss0(132, 32 KiB) = 616.3 ns, R = 365.8 GB/s, Q(132) = 1605251 B. The audit scales the issue
 // time with each tile's bytes at this point's rate (B / T_iss0 = 53.2 GB/s per CTA), which the calibration
 // shows is flat in B from 16 to 256 KiB (52–53 GB/s).
@@ -49,27 +49,27 @@ inline constexpr double kH200NvLink4PointBytes = 32768.0;  // the B that point w
 
 // The rule's constants (docs/MOE.md states the rule with them and where each comes from).
 struct ScheduleRule {
-  double tflops_bf16 = 550.0;    // tile-phase throughput for the tile times: bf16 550 (run43: 5.07-5.26 ms for 2.89 TFLOP)
-  double tflops_fp8 = 790.0;     // fp8 790 (run28: 5.77 TFLOP in 7.27 ms of tiles)
+  double tflops_bf16 = 550.0;    // tile-phase throughput for the tile times: bf16 550 (5.07-5.26 ms for 2.89 TFLOP)
+  double tflops_fp8 = 790.0;     // fp8 790 (5.77 TFLOP in 7.27 ms of tiles)
   double time_jitter = 0.10;     // ±10% per tile in the lockstep: a wave boundary waits for the slowest of many tiles;
-                                 // the score on run44 is flat from 0 to ±30% (results/h200x2/moe/auto-rule/sensitivity.md)
+                                 // the score on the committed grid is flat from 0 to ±30%
   std::uint64_t seed = 1;
-  double factor_interleaved_bf16 = 1.056;  // run43: interleaved N-pairs 5.62 ms vs waves 5.32 ms, same work, one GPU
+  double factor_interleaved_bf16 = 1.056;  // interleaved N-pairs 5.62 ms vs waves 5.32 ms, same work, one GPU
   double factor_interleaved_fp8 = 1.0;     // fp8 moves half the operand bytes per FLOP: no L2 penalty assumed
-  double factor_pipelined = 1.11;          // run32: pipelined waves read 15.0 GB from DRAM vs 13.5 GB (waves)
-  double factor_m_pairs = 0.96;            // run43: M-pairs waves 5.11 ms vs single CTAs 5.32 ms
+  double factor_pipelined = 1.11;          // pipelined waves read 15.0 GB from DRAM vs 13.5 GB (waves)
+  double factor_m_pairs = 0.96;            // M-pairs waves 5.11 ms vs single CTAs 5.32 ms
   // Routing is unknown when the layer is built: charge each schedule half of what skewed routing (Zipf 1.2) cost
-  // it against interleaved single-N-pair CTAs on run44, as if balanced and skewed were equally likely:
+  // it against interleaved single-N-pair CTAs on the committed grid, as if balanced and skewed were equally likely:
   // expert-wave and pipelined waves 6.2% (geomean over the 30 balanced/skewed pairs of (wave/interleaved skewed)
   // / (wave/interleaved balanced)), M-pairs 4.4% (the same for M-pairs waves against single-CTA waves, 26 pairs).
   double skew_hedge_waves = 0.031;
   double skew_hedge_m_pairs = 0.022;
   int m_pairs_min_rows = 512;    // M-pairs only if every expert's balanced load fills two 256-row blocks (routing
-                                 // unknown: run38's mixed M-pairs were 1.13-1.22x slower on skewed small experts)
-  double l2_bytes = 62914560.0;  // H200 L2 (cudaDevAttrL2CacheSize, run44's bench.json)
+                                 // unknown: mixed M-pairs were 1.13-1.22x slower on skewed small experts)
+  double l2_bytes = 62914560.0;  // H200 L2 (cudaDevAttrL2CacheSize)
   double hbm_bytes_per_ns = 4800.0;  // H200 HBM3e peak, 4.8 TB/s
   double reread_cost = 0.5;      // share of the re-read time not hidden behind the mainloop (fitted on the
-                                 // Mixtral-like rows of run44, the grid's only shape with re-reads)
+                                 // committed grid's Mixtral-like rows, its only shape with re-reads)
   int ticks_per_tile = 16;       // lockstep resolution
   double latency_ns = 1000.0;    // fence latency T_lat for the audit's Δt
 };

@@ -28,7 +28,7 @@ long D_knee_rows(const MoeProblem& problem, int K_SM);
 // whose L1 tiles other instances have not reached. D_knee covers only the L1 cursors' span K_SM / P1,
 // enough when P1 <= P2 (the paper's shapes) but not for few, wide experts (DiT-MoE-like P1 = 72, P2 = 9:
 // the lockstep simulation's makespan at D_knee = 2 is 2.9× that at D = 15, where no L2 tile stalls; the
-// H200x2 bench measured the layer 2.2× slower at D_knee, results/h200x2/moe/run3-fused).
+// bench on 2 × H200 measured the layer 2.2× slower at D_knee; docs/MOE.md, "Lead D vs D_knee").
 long interleave_lead_rows(const MoeProblem& problem, int K_SM);
 
 // Validated constructors for the kernel's host side. `first_row` is one owner's O_e (E_local + 1

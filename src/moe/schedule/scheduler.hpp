@@ -222,7 +222,7 @@ struct ExpertWaveSchedule {
 //     a second, partial L1 round (a straggler round cost up to one L1 mainloop per wave);
 //  2. else the fewest experts that give every CTA at least one tile of the smaller phase (min(P1, P2) tiles
 //     per row): fewer experts keep a wave's weights in L2 cache, fewer tiles than CTAs idle SMs.
-// Measured on 2 × H200 (results/h200x2/moe/run9-final vs run14-final): rule 1 alone made the
+// Measured on 2 × H200 (docs/MOE.md, "Tile streams and the two schedules"): rule 1 alone made the
 // DeepSeek-V3-like headline 10% faster (5 -> 4 experts: 160 -> 128 L1 tiles) but 4096-3072-64-8 at 2048
 // tokens 41% slower (3 -> 1 expert: 96 of 132 CTAs busy in L1, 64 in L2); the 90% floor keeps rule 1 to
 // the cases where it helped.

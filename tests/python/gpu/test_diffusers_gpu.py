@@ -1,5 +1,5 @@
 """xstage.diffusers on a Hopper GPU: the "xstage" backend against diffusers' default (SDPA) on small models of every
-dispatching family of tools/dit_models.py (masks included), direct backend calls against fp32 attention
+dispatching family of tools/dit/models.py (masks included), direct backend calls against fp32 attention
 (cross-attention, scale, log-sum-exp, every kind of key-padding mask), the ops and xstage.nn.MoE on one GPU in a
 process without torch.distributed, a backward through an op raising (eager and compiled), and swap_moe on a
 small HiDream transformer against diffusers' own MoE module in bf16 and fp8. Skipped without a GPU or diffusers.
@@ -30,7 +30,7 @@ import xstage  # noqa: E402
 import xstage.diffusers as xd  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
-import dit_models  # noqa: E402
+from dit import models as dit_models  # noqa: E402
 
 BF16 = torch.bfloat16
 REL_L2_MAX = 2e-2

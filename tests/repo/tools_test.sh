@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The tools under tools/ still work on what results/ keeps: each case runs CPU tools on committed runs (xz-compressed
+# files, run archives) and, where results/ holds a report a tool wrote, checks that the tool writes it again from the
+# committed raw files (the command line it records left out). Nothing is written into the source tree.
+#
+#   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
+#     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
+#             moe_predictions | moe_traces | moe_power | attention | ulysses | torch_vs_cli
+#     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
+#     XSTAGE  the built binary (moe_rule_sensitivity runs `xstage plan moe`)
+set -euo pipefail
+
+case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
+src=$(cd "${2:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}" && pwd)
+py=${3:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/xstage-tools-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg
+cd "$src"
+
+fail() { echo "tools_test $case_name: FAIL: $*" >&2; exit 1; }
+run() { "$py" "$@" > "$tmp/stdout" 2> "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "exit $? from ${*}"; }; }
+# text FILE: a committed file's text, compressed or not, as the tools read it.
+text() { "$py" -c 'import sys; sys.path.insert(0, "tools"); from common import results; sys.stdout.write(results.read_text(sys.argv[1]))' "$1"; }
+# same_report WRITTEN COMMITTED [LINE]: equal, but for the given line (the command the report records).
+same_report() {
+  local skip=${3:+${3}d}
+  diff <(sed "${skip:-}" "$1") <(text "$2" | sed "${skip:-}") > "$tmp/diff" || { head -n 20 "$tmp/diff" >&2; fail "$1 differs from $2"; }
+}
+has() { grep -q -- "$2" "$1" || fail "no '$2' in the output"; }
+
+moe=results/h200x2/moe
+case "$case_name" in
+  compile)  # every tool and example at least compiles
+    PYTHONPYCACHEPREFIX=$tmp/pycache "$py" -m py_compile $(find tools examples -name '*.py') ||
+      fail "a tool or example does not compile" ;;
+  help)  # every tool answers --help (the GPU ones import torch and, from python/, xstage)
+    for tool in $(find tools -mindepth 2 -name '*.py' ! -path 'tools/common/*' | sort); do
+      PYTHONPATH=$src/python "$py" "$tool" --help > /dev/null 2> "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "$tool --help"; }
+    done ;;
+  calibration)  # Fig. 3 and the fit summary from the committed calibration (samples.csv.xz)
+    d=results/h200x2/calibration/full
+    run tools/calibration/plot.py --samples $d/samples.csv --platform $d/platform.json --summary --out "$tmp/plots"
+    for path in st_global_16B tma_bulk; do has "$tmp/stdout" "^\[$path\]"; done
+    for path in st_global_16B tma_bulk; do
+      for fig in fig3 fig3a fig3b fig3c fig3d; do [ -s "$tmp/plots/${fig}_$path.png" ] || fail "no ${fig}_$path.png"; done
+    done ;;
+  moe_table)
+    run tools/moe/table.py $moe/run44-final/moe.tar.xz
+    has "$tmp/stdout" "^fused faster on [0-9]* of [0-9]*;" ;;
+  moe_fig8)
+    run tools/moe/fig8.py $moe/run44-final/moe.tar.xz --out "$tmp/fig8"
+    [ -s "$tmp/fig8/fig8.png" ] || fail "no fig8.png"
+    same_report "$tmp/fig8/fig8.md" $moe/fig8/fig8.md 3 ;;
+  moe_auto_eval)
+    run tools/moe/auto_eval.py $moe/run44-final/moe.tar.xz $moe/predictions/grid-plan.json.xz --out "$tmp/auto"
+    same_report "$tmp/auto/evaluation.md" $moe/auto-rule/evaluation.md 3
+    same_report "$tmp/auto/audit-vs-measured.md" $moe/auto-rule/audit-vs-measured.md ;;
+  moe_rule_sensitivity)  # `xstage plan moe` with one rule constant changed at a time, scored on run44
+    xstage=${4:?moe_rule_sensitivity needs the xstage binary}
+    run tools/moe/rule_sensitivity.py "$xstage" configs/moe_grid.json $moe/run44-final/moe.tar.xz --out "$tmp/sensitivity.md"
+    same_report "$tmp/sensitivity.md" $moe/auto-rule/sensitivity.md 3 ;;
+  moe_predictions)
+    run tools/moe/predictions.py $moe/predictions/heldout-plan.json.xz --out "$tmp/heldout.md"
+    same_report "$tmp/heldout.md" $moe/predictions/heldout.md 3 ;;
+  moe_traces)  # the one committed per-tile trace, alone in a folder as `xstage moe bench --trace` leaves them
+    mkdir "$tmp/trace" && cp results/h200/moe/2026-12-01-trace-ep1/trace_*.json.xz "$tmp/trace/"
+    run tools/moe/trace_figures.py "$tmp/trace" --out "$tmp/figures"
+    [ -s "$tmp/figures/fig10.png" ] && [ -s "$tmp/figures/table2.md" ] || fail "no fig10.png / table2.md"
+    run tools/moe/trace_vs_audit.py "$tmp/trace" results/h200/moe/predictions-ep1/heldout-plan.json.xz
+    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/bf16 | wave" ;;
+  moe_power)  # the table the run printed, again from its archive
+    d=$moe/run41-power-and-clock/trial-gaps
+    run tools/moe/power_summary.py $d/moe_power.tar.xz
+    missing=$(grep -v -x -F -f <(text $d/moe_power.log) "$tmp/stdout" || true)
+    [ -z "$missing" ] || fail "lines not in the run's log: $missing" ;;
+  attention)  # the in-turn table of README.md, again from the committed JSONs
+    d=results/h200/attention/2026-12-01-in-turn/graphs
+    run tools/attention/merge_bench.py $d/bench_xstage.json $d/bench_cudnn.json --markdown "$tmp/summary.md"
+    same_report "$tmp/summary.md" $d/summary.md ;;
+  ulysses)
+    d=results/h200/attention/2026-12-01-ulysses-sweep
+    run tools/attention/ulysses_report.py --bench $d/bench.json --torch $d/bench_torch.json --out "$tmp/ulysses"
+    same_report "$tmp/ulysses/table.md" $d/table.md
+    [ -s "$tmp/ulysses/fig11.png" ] || fail "no fig11.png" ;;
+  torch_vs_cli)  # it writes into the folder it reads: a copy
+    cp -r results/h200/python/2026-12-01-host-time/after/torch-vs-cli "$tmp/tvc"
+    run tools/python/torch_vs_cli.py "$tmp/tvc"
+    same_report "$tmp/stdout" results/h200/python/2026-12-01-host-time/after/torch-vs-cli/torch_vs_cli.txt ;;
+  *) echo "tools_test: unknown case '$case_name'" >&2; exit 2 ;;
+esac
+echo "tools_test $case_name: ok"

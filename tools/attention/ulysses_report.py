@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The Ulysses results as the paper reports them: a Table 3 analog (per M: T_FA, T_A2A, T_serial, T_fused,
+E_res = T_fused - T_FA, hiding = (T_serial - T_fused) / (T_serial - T_FA), speedup = T_serial / T_fused, and
+the layer's second half against cuDNN SDPA + NCCL all-to-all) and a Fig. 11 analog (E_res / T_FA over M with
+the X-Stage prediction and the completion-coupled counterfactual), from `xstage attention ulysses bench`'s
+JSON and, optionally, tools/attention/ulysses_torch_bench.py's.
+
+    python3 tools/attention/ulysses_report.py --bench bench.json [--torch bench_torch.json] --out DIR
+Writes DIR/table.md and DIR/fig11.png (the figure needs matplotlib; the table does not).
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--torch", default="")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    bench = results.load_json(args.bench)
+    torch_rows = {}
+    try:  # the torch bench is optional: the script names its file whether or not it ran
+        for r in results.load_json(args.torch)["results"] if args.torch else []:
+            torch_rows[(r["head_dim"], r["heads_per_rank"], r["seqlen"])] = r
+    except FileNotFoundError:
+        pass
+    os.makedirs(args.out, exist_ok=True)
+    P = bench["ranks"]
+    lines = [f"P = {P} rank(s). Times in µs per call (median over trials of the max over ranks). "
+             "E_res = T_fused − T_FA; hiding = (T_serial − T_fused) / (T_serial − T_FA); speedup = T_serial / T_fused; "
+             "predicted E: the X-Stage audit (E_drain plus the last wave's drain and the completion latency) and the completion-coupled counterfactual (E_cc). "
+             "cuDNN+A2A: cuDNN SDPA then NCCL all-to-all with its transposes (torch).", ""]
+    head = ("| d | heads/rank | M | T_FA | T_A2A | T_serial | T_fused (TMA) | T_fused (st.global) | fused/FA (TMA, per trial) | E_res | "
+            "hiding | speedup | pred. E (X-Stage) | pred. E_cc | cuDNN+A2A | fused vs cuDNN+A2A |")
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    groups = {}
+    for r in bench["results"]:
+        t = torch_rows.get((r["head_dim"], r["heads_per_rank"], r["seqlen"]))
+        best = min(x for x in (r["T_fused_tma_us"], r["T_fused_st_global_us"]) if x == x)
+        theirs = f"{t['T_sdpa_a2a_us']:.1f}" if t else "–"
+        vs = f"{t['T_sdpa_a2a_us'] / best:.2f}×" if t else "–"
+        fmt = lambda x: "–" if x != x else f"{x:.1f}"
+        lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {fmt(r['T_FA_us'])} | {fmt(r['T_A2A_us'])} | "
+                     f"{fmt(r['T_serial_us'])} | {fmt(r['T_fused_tma_us'])} | {fmt(r['T_fused_st_global_us'])} | "
+                     f"{r.get('fused_tma_over_FA_median_of_trials', float('nan')):.4f} | {fmt(r['E_res_us'])} | "
+                     f"{100 * r['hiding']:.1f}% | {r['speedup']:.3f} | {r['predicted'].get('E_res_us', r['predicted']['E_drain_us']):.1f} | {r['predicted']['E_cc_us']:.1f} | "
+                     f"{theirs} | {vs} |")
+        groups.setdefault((r["head_dim"], r["heads_per_rank"]), []).append(r)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no figure")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (d, h), rows in sorted(groups.items()):
+        rows.sort(key=lambda r: r["seqlen"])
+        M = [r["seqlen"] for r in rows]
+        line, = ax.plot(M, [100 * r["E_res_us"] / r["T_FA_us"] for r in rows], "o-", label=f"measured, d={d}, {h} heads/rank")
+        ax.plot(M, [100 * r["predicted"].get("E_res_us", r["predicted"]["E_drain_us"]) / r["T_FA_us"] for r in rows], "--", color=line.get_color(), alpha=0.7,
+                label=f"X-Stage prediction, d={d}, {h} heads/rank")
+        ax.plot(M, [100 * r["predicted"]["E_cc_us"] / r["T_FA_us"] for r in rows], ":", color=line.get_color(), alpha=0.7,
+                label=f"completion-coupled, d={d}, {h} heads/rank")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length M")
+    ax.set_ylabel("E_res / T_FA (%)")
+    ax.set_title(f"Fused Ulysses epilogue: sender-visible residual, P = {P}")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    results.save_png(fig, os.path.join(args.out, "fig11.png"), dpi=150)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""What the tools share: reading results (`results`) and timing GPU work in turn (`timing`)."""

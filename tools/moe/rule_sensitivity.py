@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""What each term of the MegaMoE schedule rule contributes on a measured grid: the rule as shipped, then with one
+constant replaced (`xstage plan moe --grid GRID --choose --json --rule NAME=VALUE`), each scored like
+tools/moe/auto_eval.py (ratio = best measured / measured time of the chosen variant, per configuration).
+
+Usage: tools/moe/rule_sensitivity.py XSTAGE GRID BENCH [--out FILE]
+  XSTAGE  the built binary (build/xstage)
+  GRID    the bench grid (configs/moe_grid.json)
+  BENCH   the run (its folder or its moe.tar.xz: bench.json + bench-m-pairs.json)
+"""
+import argparse
+import json
+import subprocess
+
+import auto_eval as ev
+
+VARIANTS = [
+    ("the rule as shipped", []),
+    ("no tile-time jitter in the lockstep", ["time_jitter=0"]),
+    ("tile-time jitter ±20%", ["time_jitter=0.2"]),
+    ("tile-time jitter ±30%", ["time_jitter=0.3"]),
+    ("no interleaved bf16 mainloop factor (1.056 -> 1)", ["factor_interleaved_bf16=1"]),
+    ("no pipelined-waves factor (1.11 -> 1)", ["factor_pipelined=1"]),
+    ("no M-pairs factor (0.96 -> 1)", ["factor_m_pairs=1"]),
+    ("no routing-skew hedges", ["skew_hedge_waves=0", "skew_hedge_m_pairs=0"]),
+    ("no weight re-read term", ["reread_cost=0"]),
+    ("re-reads at full HBM time (reread_cost 1)", ["reread_cost=1"]),
+    ("M-pairs at any load (no row test)", ["m_pairs_min_rows=0"]),
+    ("M-pairs only from 1024 rows per expert", ["m_pairs_min_rows=1024"]),
+    ("never M-pairs", ["m_pairs_min_rows=1000000000"]),
+    ("tile times from 20% lower throughputs", ["tflops_bf16=440", "tflops_fp8=632"]),
+    ("fence latency 4 us instead of 1 us", ["latency_ns=4000"]),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("xstage")
+    ap.add_argument("grid")
+    ap.add_argument("bench")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    _, measured = ev.load_bench(a.bench)
+    lines = ["# The schedule rule with one term changed", "",
+             f"`tools/moe/rule_sensitivity.py {a.xstage} {a.grid} {a.bench}`: each row runs",
+             f"`xstage plan moe --grid {a.grid} --choose --json [--rule NAME=VALUE ...]` and scores it like tools/moe/auto_eval.py.", "",
+             "| rule | --rule | geomean | median | min | >= 0.98 | >= 0.95 |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, overrides in VARIANTS:
+        cmd = [a.xstage, "plan", "moe", "--grid", a.grid, "--choose", "--json"] + sum((["--rule", o] for o in overrides), [])
+        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        plan = {c["config"]: c for c in doc["configs"]}
+        ratios = [r["ratio"] for r in ev.evaluate(measured, plan)]
+        row = ev.summary_line(name, ratios)
+        lines.append(row.replace(f"| {name} |", f"| {name} | {' '.join(overrides) or '–'} |", 1))
+    text = "\n".join(lines) + "\n"
+    if a.out:
+        open(a.out, "w").write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

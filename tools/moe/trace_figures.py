@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The fused MoE kernel's per-tile traces (`xstage moe bench --trace DIR` from an instrumented build,
+CMake -DXSTAGE_MOE_STATS=ON) as the paper shows them:
+
+  fig9_<config>.png   tensor-core activity timeline: per CTA, its Linear-1 and Linear-2 mainloops over time,
+                      the waits for a free staging slot marked, one panel per schedule (paper Fig. 9);
+  fig10.png           the sender-visible remote-store span T_RS per Linear-2 tile (staging full -> stores
+                      drained), its distribution per schedule and configuration (paper Fig. 10);
+  table2.md / .json   per configuration and schedule: median T_RS, median mainloop times T_mma of L2 and L1
+                      tiles, the measured stall per L2 tile Δt (the consumer's wait for a free staging slot:
+                      mean, median, p90, fraction of tiles that waited), beside the audit's prediction when
+                      --predictions names a JSON of {config: {schedule: Δt_us}} (paper Table 2).
+
+    python3 tools/moe/trace_figures.py DIR [--predictions FILE] --out OUTDIR
+
+Cycle stamps convert to ns per CTA with the frequency its two anchors give (clock64 and %globaltimer read
+together at the CTA's start and end), so every CTA lands on one timeline.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
+from common import results  # noqa: E402
+
+
+def schedule_of(impl):
+    name = impl.split()[0]
+    return name.replace("megamoe-", "")
+
+
+def per_cta(doc):
+    """Yields (cta, to_ns, tiles, drains) with to_ns(clock) -> ns on the common timeline."""
+    for c, cta in enumerate(doc["ctas"]):
+        s_ns, s_clk, e_ns, e_clk = cta["anchors"]
+        if e_ns <= s_ns or e_clk <= s_clk:
+            continue
+        f = (e_clk - s_clk) / (e_ns - s_ns)  # cycles per ns
+        yield c, (lambda clk, s_ns=s_ns, s_clk=s_clk, f=f: s_ns + (clk - s_clk) / f), f, cta["tiles"], cta["drains"]
+
+
+def summarize(doc):
+    t_rs, ml1, ml2, waits = [], [], [], []
+    for _, to_ns, f, tiles, drains in per_cta(doc):
+        for staged, _issued, drained in drains:
+            t_rs.append((drained - staged) / f / 1e3)
+        for stage, _row, m0, m1, _end, wait in tiles:
+            (ml1 if stage == 1 else ml2).append((m1 - m0) / f / 1e3)
+            if stage == 2:
+                waits.append(wait / f / 1e3)
+    q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    return {
+        "T_RS_median_us": med(t_rs), "T_RS_p90_us": q(t_rs, 0.9), "l2_tiles": len(t_rs),
+        "T_mma_L2_median_us": med(ml2), "T_mma_L1_median_us": med(ml1),
+        "dt_mean_us": statistics.fmean(waits) if waits else float("nan"), "dt_median_us": med(waits), "dt_p90_us": q(waits, 0.9),
+        "dt_waited_fraction": sum(w > 0.05 for w in waits) / len(waits) if waits else float("nan"),
+        "_t_rs": t_rs,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace_dir")
+    ap.add_argument("--predictions", default="")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ctas", type=int, default=16, help="CTAs drawn in each timeline (default 16)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    docs = [results.load_json(p) for p in results.matching(args.trace_dir, "*.json")]
+    if not docs:
+        raise SystemExit(f"no trace JSON in {args.trace_dir} (run `xstage moe bench --trace DIR` from an instrumented build)")
+    pred = results.load_json(args.predictions) if args.predictions else {}
+    rows, by_config = [], {}
+    for d in docs:
+        s = summarize(d)
+        sched = schedule_of(d["impl"])
+        p = pred.get(d["config"], {}).get(sched)
+        rows.append({"config": d["config"], "impl": d["impl"], "schedule": sched, **{k: v for k, v in s.items() if k != "_t_rs"},
+                     "dt_predicted_us": p})
+        by_config.setdefault(d["config"], []).append((sched, d, s))
+    lines = ["| configuration | schedule | T_RS median (µs) | T_RS p90 | T_mma L2 (µs) | T_mma L1 (µs) | Δt measured mean / median / p90 (µs) | L2 tiles that waited | Δt predicted (µs) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        pstr = "–" if r["dt_predicted_us"] is None else f"{r['dt_predicted_us']:.2f}"
+        lines.append(f"| {r['config']} | {r['schedule']} | {r['T_RS_median_us']:.2f} | {r['T_RS_p90_us']:.2f} | {r['T_mma_L2_median_us']:.2f} | "
+                     f"{r['T_mma_L1_median_us']:.2f} | {r['dt_mean_us']:.2f} / {r['dt_median_us']:.2f} / {r['dt_p90_us']:.2f} | "
+                     f"{100 * r['dt_waited_fraction']:.0f}% | {pstr} |")
+    with open(os.path.join(args.out, "table2.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.out, "table2.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print("\n".join(lines))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no figures")
+        return
+    # Fig. 10: T_RS distributions.
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for cfg, runs in sorted(by_config.items()):
+        for sched, _d, s in runs:
+            xs = sorted(s["_t_rs"])
+            if xs:
+                ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{cfg} {sched}")
+    ax.set_xscale("log")
+    ax.set_xlabel("T_RS per Linear-2 tile (µs): staging full -> remote stores drained")
+    ax.set_ylabel("fraction of tiles")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    results.save_png(fig, os.path.join(args.out, "fig10.png"), dpi=140)
+    # Fig. 9: timelines, one figure per configuration, one panel per schedule.
+    for cfg, runs in sorted(by_config.items()):
+        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)), squeeze=False)
+        for ax, (sched, d, _s) in zip(axes[:, 0], runs):
+            t0 = min(cta["anchors"][0] for cta in d["ctas"])
+            for c, to_ns, f, tiles, _drains in per_cta(d):
+                if c >= args.ctas:
+                    break
+                for stage, _row, m0, m1, end, wait in tiles:
+                    a, b = (to_ns(m0) - t0) / 1e3, (to_ns(m1) - t0) / 1e3
+                    ax.broken_barh([(a, b - a)], (c - 0.4, 0.8), color="tab:blue" if stage == 1 else "tab:orange")
+                    if stage == 2 and wait > 0:
+                        e = (to_ns(end) - t0) / 1e3
+                        ax.broken_barh([(e - wait / f / 1e3, wait / f / 1e3)], (c - 0.4, 0.8), color="tab:red")
+            ax.set_title(f"{cfg}: {sched} (blue L1, orange L2 mainloops, red staging wait)", fontsize=8)
+            ax.set_ylabel("CTA")
+        axes[-1, 0].set_xlabel("µs since the first CTA started")
+        fig.tight_layout()
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in cfg)
+        results.save_png(fig, os.path.join(args.out, f"fig9_{safe}.png"), dpi=130)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

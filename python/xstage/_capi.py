@@ -159,10 +159,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         "xstage_ulysses_poll": [h],
         "xstage_ulysses_destroy": [h],
         "xstage_moe_default_tile_n": [i32, i32, i32, i32p],
+        "xstage_moe_schedule_from_name": [ctypes.c_char_p, i32p, i32p],
         "xstage_moe_check_config": [cp, i32],
         "xstage_moe_create": [h, cp, hp],
         "xstage_moe_forward": [h, tp, tp, tp, tp, tp, tp, tp, tp, vp],
         "xstage_moe_poll": [h],
+        "xstage_moe_ended": [h, i32p],
         "xstage_moe_destroy": [h],
         "xstage_moe_pack_w1": [tp, tp, i32, vp],
         "xstage_moe_quantize_weights_fp8": [tp, tp, tp, vp],
@@ -396,6 +398,13 @@ def moe_default_tile_n(dtype: int, hidden: int, inter: int) -> int:
     return out.value
 
 
+def moe_schedule_from_name(name: str) -> tuple[int, int]:
+    """(MOE_SCHEDULE_*, wave_lag) of a schedule name (the C library's list); InputError naming the choices."""
+    schedule, wave_lag = ctypes.c_int32(), ctypes.c_int32()
+    _call("xstage_moe_schedule_from_name", str(name).encode(), ctypes.byref(schedule), ctypes.byref(wave_lag))
+    return schedule.value, wave_lag.value
+
+
 def moe_check_config(config: MoeConfig, ranks: int) -> None:
     _call("xstage_moe_check_config", ctypes.byref(config), int(ranks))
 
@@ -417,6 +426,13 @@ def moe_forward(layer: int, tokens, topk_ids, topk_weights, w1, w2, w1_scales, w
 
 def moe_poll(layer: int) -> None:
     _call("xstage_moe_poll", ctypes.c_void_p(layer))
+
+
+def moe_ended(layer: int) -> bool:
+    """Whether a failure of an earlier call has ended the layer (it refuses further calls)."""
+    ended = ctypes.c_int32()
+    _call("xstage_moe_ended", ctypes.c_void_p(layer), ctypes.byref(ended))
+    return bool(ended.value)
 
 
 def moe_destroy(layer: int) -> None:

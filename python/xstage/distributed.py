@@ -72,13 +72,21 @@ class Communicator:
             self._layers[key] = entry
         return entry[1]
 
+    def drop_layer(self, key: tuple) -> None:
+        """Destroys the cached layer for `key` (collective, like building it); the next call for `key` builds a
+        new one."""
+        entry = self._layers.pop(key, None)
+        if entry is not None:
+            (_capi.ulysses_destroy if entry[0] == "ulysses" else _capi.moe_destroy)(entry[1])
+
     def layers(self):
         """(key, layer handle) of every cached layer, in creation order."""
         return [(key, entry[1]) for key, entry in self._layers.items()]
 
     def poll(self) -> None:
-        """Raises xstage.PlatformError naming the first device-side failure of any earlier call of any of
-        its layers (a wait that timed out, router ids out of range); never blocks."""
+        """Raises, for the first of its layers with something to report (each report once): xstage.InputError
+        for router ids dropped since the last poll (the layer goes on), xstage.PlatformError for a device-side
+        failure (a wait that timed out) that ended a layer. Never blocks."""
         for kind, handle in self._layers.values():
             (_capi.ulysses_poll if kind == "ulysses" else _capi.moe_poll)(handle)
 
@@ -236,9 +244,10 @@ def _all_communicators():
 
 
 def poll(group=None) -> None:
-    """Raises xstage.PlatformError for a device-side failure of an earlier call of any layer of the group's
-    communicator (default: every communicator); never blocks. Calls are asynchronous: a timed-out wait or
-    bad router ids surface here (or on the layer's next call), not at the call that caused them."""
+    """Raises what the device found in earlier calls of any layer of the group's communicator (default: every
+    communicator), each once: xstage.InputError for dropped router ids (the layer goes on), xstage.PlatformError
+    for a failure that ended a layer (a device-side wait that timed out); never blocks. Calls are asynchronous:
+    these surface here (an ended layer also on its next call), not at the call that caused them."""
     comms = [get_communicator(group)] if group is not None else _all_communicators()
     for comm in comms:
         comm.poll()

@@ -14,25 +14,27 @@ graphs take it.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import torch
 
 from . import _capi, _ops, _tensors, distributed
 
-__all__ = ["MoeWeights", "moe", "moe_pack_weights", "SCHEDULES", "DEFAULT_SCHEDULE"]
+__all__ = ["MoeWeights", "moe", "moe_pack_weights", "DEFAULT_SCHEDULE"]
 
 _OP = "xstage.moe"
 _INT32_MAX = 2**31 - 1
 
-# schedule name -> (XSTAGE_MOE_SCHEDULE_*, wave_lag). docs/MOE.md describes them.
-SCHEDULES = {
-    "auto": (_capi.MOE_SCHEDULE_AUTO, 0),
-    "interleaved": (_capi.MOE_SCHEDULE_INTERLEAVED, 0),
-    "expert_wave": (_capi.MOE_SCHEDULE_EXPERT_WAVE, 0),
-    "pipelined_waves": (_capi.MOE_SCHEDULE_EXPERT_WAVE, 1),
-}
 DEFAULT_SCHEDULE = "auto"
+
+
+@functools.lru_cache(maxsize=None)
+def _schedule_codes(schedule: str) -> tuple:
+    """(XSTAGE_MOE_SCHEDULE_*, wave_lag) of a schedule name: "auto", "interleaved", "expert_wave" or
+    "pipelined_waves" (docs/MOE.md). The names are the C library's; xstage.InputError (a ValueError) lists them
+    for any other."""
+    return _capi.moe_schedule_from_name(schedule)
 
 
 class MoeWeights(NamedTuple):
@@ -106,9 +108,19 @@ def moe_pack_weights(
     return MoeWeights(c1.view(e, n2, h), c2.view(e, h, inter), s1, s2, int(tile_n))
 
 
-def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, schedule, *, fake):
-    named = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2}
-    _tensors.require_tensors(_OP, named)
+def _config(experts, top_k, hidden, inter, max_tokens, fp8, tile_n, schedule, cluster_n, cluster_m, timeout_s):
+    """The xstage_moe_config of a layer."""
+    cfg = _capi.MoeConfig()
+    cfg.experts, cfg.top_k, cfg.hidden, cfg.inter, cfg.max_tokens = experts, top_k, hidden, inter, max_tokens
+    cfg.dtype = _capi.DTYPE_FLOAT8_E4M3 if fp8 else _capi.DTYPE_BFLOAT16
+    cfg.schedule, cfg.wave_lag = _schedule_codes(schedule)
+    cfg.tile_n, cfg.cluster_n, cfg.cluster_m, cfg.timeout_s = tile_n, cluster_n, cluster_m, timeout_s
+    return cfg
+
+
+def _check_dtypes(x, topk_ids, topk_weights, w1, w2) -> None:
+    """The tensors' types (pure Python: what the public function also runs as traced code under torch.compile)."""
+    _tensors.require_tensors(_OP, {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2})
     _tensors.require_dtype(_OP, "x", x, (torch.bfloat16,), " (convert with .to(torch.bfloat16))")
     _tensors.require_dtype(_OP, "topk_ids", topk_ids, (torch.int32,), " (the router's expert ids: .to(torch.int32))")
     _tensors.require_dtype(_OP, "topk_weights", topk_weights, (torch.float32,), " (.float())")
@@ -117,6 +129,12 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
     )
     if w2.dtype != w1.dtype:
         raise TypeError(f"{_OP}: w2 has dtype {w2.dtype} but w1 has {w1.dtype}; both come from xstage.moe_pack_weights")
+
+
+def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, knobs, *, fake):
+    """knobs: (tile_n, schedule, cluster_n, cluster_m, timeout_s)."""
+    named = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2}
+    _check_dtypes(x, topk_ids, topk_weights, w1, w2)
     fp8 = w1.dtype != torch.bfloat16
     if fp8:
         if w1_scales is None or w2_scales is None:
@@ -163,8 +181,13 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
         raise ValueError(f"{_OP}: {t} tokens, more than max_tokens = {max_tokens}")
     if max_tokens < 0:
         raise ValueError(f"{_OP}: max_tokens is {max_tokens}; it must be >= 1 (or None)")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"{_OP}: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
+    _schedule_codes(knobs[1])
+    # The layer's configuration as the C library judges it (no GPU needed), where the group's size and the shapes
+    # are known (not symbolic: a traced token count does not matter to it).
+    sizes = (e_local, k, h, inter) + tuple(knobs[i] for i in (0, 2, 3))
+    if world_size is not None and all(isinstance(v, int) for v in sizes):
+        tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 1
+        _capi.moe_check_config(_config(e_local * world_size, k, h, inter, tokens, fp8, *knobs), world_size)
 
 
 _checked = _tensors.CheckedSignatures()
@@ -186,14 +209,15 @@ def _moe_impl(
     cluster_m: int,
     timeout_s: float,
 ) -> torch.Tensor:
-    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, schedule)
+    knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
+    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, knobs)
     if _checked.passed(signature):
         comm = distributed.communicator_for_key(group, _OP, x.device.index)
     else:
         # the inputs' errors before a missing communicator's
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=False)
+        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, knobs, fake=False)
         comm = distributed.communicator_for_key(group, _OP, x.device.index)
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=False)
+        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, knobs, fake=False)
         _checked.add(signature)
     if x.device.index != comm.device:
         raise ValueError(
@@ -203,7 +227,6 @@ def _moe_impl(
     k = topk_ids.shape[1]
     e_local, inter = w2.shape[0], w2.shape[2]
     fp8 = w1.dtype != torch.bfloat16
-    sched, lag = SCHEDULES[schedule]
     options = (e_local * comm.world_size, k, h, inter, w1.dtype, tile_n, schedule, cluster_n, cluster_m, float(timeout_s))
     if max_tokens:
         tokens_cap = max_tokens
@@ -218,34 +241,45 @@ def _moe_impl(
         )
 
     def create():
-        cfg = _capi.MoeConfig()
-        cfg.experts, cfg.top_k, cfg.hidden, cfg.inter, cfg.max_tokens = e_local * comm.world_size, k, h, inter, tokens_cap
-        cfg.dtype = _capi.DTYPE_FLOAT8_E4M3 if fp8 else _capi.DTYPE_BFLOAT16
-        cfg.tile_n, cfg.schedule, cfg.wave_lag = tile_n, sched, lag
-        cfg.cluster_n, cfg.cluster_m, cfg.timeout_s = cluster_n, cluster_m, timeout_s
-        return _capi.moe_create(comm.handle, cfg)
+        config = _config(e_local * comm.world_size, k, h, inter, tokens_cap, fp8, tile_n, schedule, cluster_n, cluster_m, timeout_s)
+        return _capi.moe_create(comm.handle, config)
 
-    layer = comm.layer(("moe",) + options + (tokens_cap,), create)
+    key = ("moe",) + options + (tokens_cap,)
+    layer = comm.layer(key, create)
     out = torch.empty((t, h), dtype=torch.bfloat16, device=x.device)
     c = _tensors.c_tensor
-    _capi.moe_forward(
-        layer,
-        c(x),
-        c(topk_ids),
-        c(topk_weights),
-        c(w1),
-        c(w2),
-        c(w1_scales) if fp8 else None,
-        c(w2_scales) if fp8 else None,
-        c(out),
-        _tensors.current_stream(x.device),
-    )
+    try:
+        _capi.moe_forward(
+            layer,
+            c(x),
+            c(topk_ids),
+            c(topk_weights),
+            c(w1),
+            c(w2),
+            c(w1_scales) if fp8 else None,
+            c(w2_scales) if fp8 else None,
+            c(out),
+            _tensors.current_stream(x.device),
+        )
+    except _capi.PlatformError as e:
+        if not _capi.moe_ended(layer):
+            raise
+        # A failure of an earlier call (a device-side wait that timed out) ended the cached layer. One rank has
+        # no one to agree with: drop it here, and the next call builds a new one. More ranks rebuild together.
+        if comm.world_size == 1:
+            comm.drop_layer(key)
+            raise _capi.PlatformError(f"{e}. {_OP}: the layer was dropped; the next call builds a new one") from None
+        raise _capi.PlatformError(
+            f"{e}. {_OP}: call xstage.distributed.teardown() and then xstage.distributed.init() on every rank of the "
+            f"group; the next calls build new layers"
+        ) from None
     return out
 
 
 def _moe_fake(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s):
     world_size = distributed.world_size_for_key(group)
-    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, schedule, fake=True)
+    knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
+    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, knobs, fake=True)
     return x.new_empty(x.shape)
 
 
@@ -284,14 +318,16 @@ def moe(
     (experts in waves) or "pipelined_waves" (waves, Linear-2 one wave behind). cluster_n / cluster_m: CTA
     pairs along N (0: automatic) / M. max_tokens: the most tokens a
     call of this rank may have; required (and the same on every rank) for groups of more than one rank;
-    one rank: default the call's token count (a cached layer with room is reused). Router ids outside
-    [0, E) are dropped and reported by xstage.distributed.poll().
+    one rank: default the call's token count (a cached layer with room is reused).
+    Router ids outside [0, E), or repeated in a token's top-k, are dropped (they add nothing to the output) and
+    counted; xstage.distributed.poll() reports them as xstage.InputError, and the layer goes on. A failure that
+    leaves the layer's state unknown (a device-side wait that timed out after timeout_s) ends it: poll() raises
+    xstage.PlatformError, and so does the layer's next call, saying how to recover (one rank: the call after
+    it builds a new layer; more: xstage.distributed.teardown() and init() on every rank).
     Collective: every rank calls it, also a rank with no tokens (x of shape [0, hidden]).
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"{_OP}: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
     if torch.compiler.is_compiling():  # raised from here under torch.compile, as in eager
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, int(max_tokens or 0), schedule, fake=True)
+        _check_dtypes(x, topk_ids, topk_weights, w1, w2)
     args = (
         x,
         topk_ids,

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from . import distributed
-from .moe import DEFAULT_SCHEDULE, SCHEDULES, _round_up, default_tile_n, moe, moe_pack_weights
+from .moe import DEFAULT_SCHEDULE, _round_up, default_tile_n, moe, moe_pack_weights, _schedule_codes
 
 __all__ = ["MoE"]
 
@@ -47,8 +47,7 @@ class MoE(torch.nn.Module):
         device=None,
     ):
         super().__init__()
-        if schedule not in SCHEDULES:
-            raise ValueError(f"xstage.nn.MoE: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
+        _schedule_codes(schedule)  # the C library's names: xstage.InputError (a ValueError) for any other
         world = _group_size(group)
         if num_experts % world != 0:
             raise ValueError(f"xstage.nn.MoE: {num_experts} experts cannot be split evenly over the group's {world} ranks")

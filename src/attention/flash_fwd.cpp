@@ -1,13 +1,13 @@
 // Argument validation and head-dim dispatch (host C++; the kernels live in flash_fwd_hdim*.cu).
 #include "attention/flash_fwd.hpp"
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 
 #include "attention/tile_shapes.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 
 namespace xstage::attention {
@@ -81,17 +81,6 @@ void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   }
 }
 
-// The current device's SM count, asked of CUDA once per device (devices 0..63) and remembered.
-int current_device_sms() {
-  static std::atomic<int> known[64] = {};
-  int device = 0, num_sms = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= 0 && device < 64 && (num_sms = known[device].load(std::memory_order_relaxed)) > 0) return num_sms;
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) known[device].store(num_sms, std::memory_order_relaxed);
-  return num_sms;
-}
-
 }  // namespace
 
 void validate_flash_fwd_args(FlashFwdArgs const& args) {
@@ -122,14 +111,13 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
     check_pointer("output window", dst.window[j], 16);
     XSTAGE_REQUIRE(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
   }
-  const int num_sms = current_device_sms();
+  const int num_sms = current_device_facts().sm_count;
   switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {
-    case FwdTileConfigId::kHdim64Rows128:
-      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim64Rows128>(args, dst, path, num_sms, stream);
-    case FwdTileConfigId::kHdim64Rows192:
-      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim64Rows192>(args, dst, path, num_sms, stream);
-    case FwdTileConfigId::kHdim128Rows128:
-      return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::kHdim128Rows128>(args, dst, path, num_sms, stream);
+#define XSTAGE_FWD_A2A_CASE(name, head_dim, warpgroups, block_n, stages) \
+  case FwdTileConfigId::name:                                           \
+    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, num_sms, stream);
+    XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_A2A_CASE)
+#undef XSTAGE_FWD_A2A_CASE
   }
 }
 
@@ -137,16 +125,14 @@ const char* to_string(A2AStorePath path) { return path == A2AStorePath::tma ? "t
 
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
   validate_flash_fwd_args(args);
-  const int num_sms = current_device_sms();
+  const int num_sms = current_device_facts().sm_count;
   switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, num_sms))) {
-    case FwdTileConfigId::kHdim64Rows128:
-      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows128>(args, num_sms, stream);
-    case FwdTileConfigId::kHdim64Rows192:
-      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim64Rows192>(args, num_sms, stream);
-    case FwdTileConfigId::kHdim128Rows128:
-      return detail::launch_flash_fwd_config<FwdTileConfigId::kHdim128Rows128>(args, num_sms, stream);
+#define XSTAGE_FWD_CASE(name, head_dim, warpgroups, block_n, stages) \
+  case FwdTileConfigId::name:                                       \
+    return detail::launch_flash_fwd_config<FwdTileConfigId::name>(args, num_sms, stream);
+    XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_CASE)
+#undef XSTAGE_FWD_CASE
   }
 }
-
 
 }  // namespace xstage::attention

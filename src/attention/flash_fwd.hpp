@@ -35,10 +35,10 @@ FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sm
 std::string describe(FwdTileShape const& shape);
 
 namespace detail {
-// Defined for each FwdTileConfigId in flash_fwd_hdim*_rows*.cu.
+// Instantiated for each FwdTileConfigId in a translation unit of its own (flash_fwd_launch.cuh has the body).
 template <FwdTileConfigId kId>
 void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream);
-// Defined for each FwdTileConfigId in flash_fwd_a2a_hdim*_rows*.cu.
+// The same for the fused Ulysses forward, both store paths (flash_fwd_all_to_all.cuh has the body).
 template <FwdTileConfigId kId>
 void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path, int num_sms,
                                  cudaStream_t stream);

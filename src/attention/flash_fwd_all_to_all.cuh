@@ -1,6 +1,6 @@
 // Host side of the fused Ulysses forward for one kernel configuration and store path: the plain launcher
 // with the all-to-all epilogue and the destination-interleaved tile order. Included only by the
-// flash_fwd_a2a_*.cu files.
+// per-configuration translation units (generated from tile_shapes.hpp's list).
 #pragma once
 
 #include "attention/epilogue_all_to_all.hpp"
@@ -19,6 +19,13 @@ void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& 
     launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args, dst), stride, num_sms, stream);
   else
     launch_flash_fwd_kernel<KernelSt>(args, KernelSt::Epilogue::make_params(args, dst), stride, num_sms, stream);
+}
+
+template <FwdTileConfigId kId>
+void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path, int num_sms,
+                                 cudaStream_t stream) {
+  if (path == A2AStorePath::tma) launch_flash_fwd_a2a<kId, A2AStorePath::tma>(args, dst, num_sms, stream);
+  else launch_flash_fwd_a2a<kId, A2AStorePath::st_global>(args, dst, num_sms, stream);
 }
 
 }  // namespace xstage::attention::detail

@@ -1,16 +1,17 @@
 // Host side of one kernel configuration: TMA descriptors from the user's strides, grid size from the
-// tile count and the SM count, dynamic shared memory, launch. Included only by the per-head-dim .cu files.
+// tile count and the SM count, dynamic shared memory, launch. Included only by the per-configuration
+// translation units (generated from tile_shapes.hpp's list).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "attention/epilogue_store.hpp"
 #include "attention/flash_fwd_kernel.hpp"
 #include "attention/flash_fwd_params.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/launch.cuh"
 
 namespace xstage::attention::detail {
@@ -25,18 +26,10 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   typename Kernel::Params params{Kernel::Mainloop::make_params(args), epilogue,
                                  StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, m_block_stride}};
 
-  int device = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
-  // The shared-memory opt-in is per device; done once per device so small launches stay cheap.
-  static std::atomic<uint64_t> opted_in_devices{0};
-  const uint64_t bit = uint64_t(1) << (device % 64);
-  if ((opted_in_devices.load(std::memory_order_acquire) & bit) == 0) {
-    XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    opted_in_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static SharedMemoryOptIn opt_in;
+  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
 
   const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
@@ -49,5 +42,10 @@ void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream
 
 template <FwdTileConfigId kId>
 using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma>;
+
+template <FwdTileConfigId kId>
+void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
+  launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, num_sms, stream);
+}
 
 }  // namespace xstage::attention::detail

@@ -37,12 +37,25 @@ CUTE_DEVICE float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int kRows>
+template <int kRows, int kChains_>
 struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
   float scale_log2;  // softmax_scale * log2(e)
   float row_max[kRows];
   float row_sum[kRows];
+
+  // Row max and row sum as kChains independent partial reductions, combined pairwise at the end: one running
+  // value over a thread's b_n/4 columns is a chain of b_n/4 dependent FMNMX (FADD) instructions, whose latency
+  // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers:
+  // the kernel takes 4 with two consumer warpgroups (240 registers each) and 1 with three (160).
+  static constexpr int kChains = kChains_;
+  static_assert(kChains == 1 || kChains == 2 || kChains == 4, "1, 2 or 4 reduction chains");
+  template <class Op>
+  CUTE_DEVICE static float combine_chains(float (&chain)[kChains], Op op) {
+    if constexpr (kChains == 4) return op(op(chain[0], chain[1]), op(chain[2], chain[3]));
+    else if constexpr (kChains == 2) return op(chain[0], chain[1]);
+    else return chain[0];
+  }
 
   CUTE_DEVICE explicit OnlineSoftmax(float softmax_scale) : scale_log2(softmax_scale * float(M_LOG2E)) {}
 
@@ -61,25 +74,31 @@ struct OnlineSoftmax {
     using namespace cute;
     Tensor s = make_tensor(acc_s.data(), accumulator_rowcol(acc_s.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
+    constexpr int kCols = decltype(size<1>(s))::value;
+    static_assert(kCols % kChains == 0, "columns per thread must split into the reduction chains");
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
+      float chain[kChains];
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+      for (int i = 0; i < kChains; ++i) chain[i] = s(r, i);
+      CUTE_UNROLL
+      for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
+      float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
       m = quad_allreduce_max(m);
       // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
       const float m_safe = (m == -INFINITY) ? 0.f : m;
       const float m_scaled = m_safe * scale_log2;
       o_rescale[r] = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled);
       row_max[r] = m;
-      float sum = 0.f;
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
+      for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
         const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled);
         s(r, c) = p;
-        sum += p;
+        chain[c % kChains] += p;
       }
-      row_sum[r] = row_sum[r] * o_rescale[r] + sum;
+      row_sum[r] = row_sum[r] * o_rescale[r] + combine_chains(chain, [](float a, float b) { return a + b; });
     }
   }
 

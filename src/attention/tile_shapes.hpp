@@ -1,17 +1,30 @@
 // The tile configurations of the forward kernel and the rule that picks one per problem. Plain C++:
-// the kernel configuration (flash_fwd_tile_config.hpp), the launcher, the reports and the CPU tests all
-// read this one table.
+// the kernel configuration (flash_fwd_tile_config.hpp), the build, the launcher, the reports and the CPU
+// tests all read this one list.
 #pragma once
 
 #include <cstdint>
 
 namespace xstage::attention {
 
-// Each configuration is one kernel instantiation (one translation unit); keep the list short.
+// The configurations that are built: the one list. Each entry is one kernel instantiation per epilogue family
+// (src/attention/CMakeLists.txt generates their translation units from this list), one FwdTileConfigId and
+// one FwdTileShape; keep the list short. Columns: name, head_dim, consumer warpgroups (each owns 64 query
+// rows: b_m = 64 x warpgroups), block_n (key/value rows per pipeline stage), stages (K and V pipeline depth).
+//   kHdim64Rows128   d=64, 2 consumer warpgroups: more, smaller tiles (fills the GPU at small M*heads)
+//   kHdim64Rows192   d=64, 3 consumer warpgroups: ~14% faster per row, coarser tiles
+//   kHdim128Rows128  d=128, 2 consumer warpgroups
+// clang-format off
+#define XSTAGE_FWD_TILE_CONFIGS(X)        \
+  X(kHdim64Rows128,  64,  2, 192, 3)      \
+  X(kHdim64Rows192,  64,  3, 128, 3)      \
+  X(kHdim128Rows128, 128, 2, 128, 2)
+// clang-format on
+
 enum class FwdTileConfigId : int {
-  kHdim64Rows128 = 0,   // d=64, 2 consumer warpgroups: more, smaller tiles (fills the GPU at small M*heads)
-  kHdim64Rows192 = 1,   // d=64, 3 consumer warpgroups: ~14% faster per row, coarser tiles
-  kHdim128Rows128 = 2,  // d=128, 2 consumer warpgroups
+#define XSTAGE_FWD_TILE_ID(name, head_dim, warpgroups, block_n, stages) name,
+  XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_TILE_ID)
+#undef XSTAGE_FWD_TILE_ID
 };
 
 struct FwdTileShape {
@@ -22,17 +35,13 @@ struct FwdTileShape {
   constexpr int block_m() const { return 64 * consumer_warpgroups; }
 };
 
-constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) {
-  switch (id) {
-    case FwdTileConfigId::kHdim64Rows128:
-      return {64, 2, 192, 3};
-    case FwdTileConfigId::kHdim64Rows192:
-      return {64, 3, 128, 3};
-    case FwdTileConfigId::kHdim128Rows128:
-    default:
-      return {128, 2, 128, 2};
-  }
-}
+inline constexpr FwdTileShape kFwdTileShapes[] = {
+#define XSTAGE_FWD_TILE_SHAPE(name, head_dim, warpgroups, block_n, stages) {head_dim, warpgroups, block_n, stages},
+    XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_TILE_SHAPE)
+#undef XSTAGE_FWD_TILE_SHAPE
+};
+
+constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) { return kFwdTileShapes[static_cast<int>(id)]; }
 
 // Throughput per query row of kHdim64Rows192 over kHdim64Rows128 once wave quantisation is factored
 // out, measured on H200 (1.13-1.16 at h=4 and 12; docs/ATTENTION.md, "Experiments and what they showed").

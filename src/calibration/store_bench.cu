@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/device_clock.cuh"
 #include "common/stats.hpp"
 #include "common/error.hpp"
@@ -268,16 +269,15 @@ StoreBench::StoreBench(int max_K) : max_K_(max_K) {
   XSTAGE_CUDA_CHECK(cudaEventCreate(&ev_start_));
   XSTAGE_CUDA_CHECK(cudaEventCreate(&ev_stop_));
   // Opt in to all the dynamic shared memory a block may have, less each kernel's static share.
-  int device = 0, optin = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int optin = current_device_facts().smem_optin_bytes;
   cudaFuncAttributes st{}, tma{};
   XSTAGE_CUDA_CHECK(cudaFuncGetAttributes(&st, st_global_bench_kernel));
   XSTAGE_CUDA_CHECK(cudaFuncGetAttributes(&tma, tma_bulk_bench_kernel));
   max_smem_st_ = optin - static_cast<int>(st.sharedSizeBytes);
   max_smem_tma_ = optin - static_cast<int>(tma.sharedSizeBytes);
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(st_global_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_st_));
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(tma_bulk_bench_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_tma_));
+  static SharedMemoryOptIn st_opt_in, tma_opt_in;
+  st_opt_in.ensure(reinterpret_cast<const void*>(st_global_bench_kernel), max_smem_st_);
+  tma_opt_in.ensure(reinterpret_cast<const void*>(tma_bulk_bench_kernel), max_smem_tma_);
 }
 
 StoreBench::~StoreBench() {
@@ -432,7 +432,7 @@ std::int64_t count_mismatches(const void* base, const StoreBenchConfig& cfg, con
   XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_count, 0, sizeof *d_count, stream));
   XSTAGE_CUDA_CHECK(cudaMemcpyAsync(d_expected, expected.data(), sizeof(ExpectedRegion) * expected.size(),
                                     cudaMemcpyHostToDevice, stream));
-  launch_kernel(count_mismatches_kernel, 264, 256, 0, stream, static_cast<const uint4*>(base), cfg.slot_bytes / 16, cfg.slots,
+  launch_kernel(count_mismatches_kernel, current_device_facts().sm_count * 2, 256, 0, stream, static_cast<const uint4*>(base), cfg.slot_bytes / 16, cfg.slots,
                                                    cfg.B_bytes / 16, cfg.K, d_expected,
                                                    cfg.path == StorePath::tma_bulk, d_count);
   unsigned long long count = 0;

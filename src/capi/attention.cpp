@@ -111,7 +111,7 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
   // Strides (positive, 16-byte multiples, below 2^40 bytes), pointers (non-null, aligned), scale.
   attention::validate_flash_fwd_args(args);
 
-  require_supported_device(device);
+  require_sm90(device);
   DeviceGuard guard(device);
   require_device_pointer(q.data, "q", device);
   require_device_pointer(k.data, "k", device);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "capi/xstage_c.h"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 
 namespace xstage::capi {
@@ -106,9 +107,6 @@ class DeviceGuard {
   int previous_ = -1;
   int32_t device_ = 0;
 };
-
-// Throws PlatformError unless CUDA works and `device` is an sm_90 GPU (the kernels are sm_90a code).
-void require_supported_device(int32_t device);
 
 // Throws InputError unless `ptr` is CUDA device (or managed) memory that belongs to `device`.
 void require_device_pointer(const void* ptr, const char* name, int32_t device);

@@ -45,7 +45,7 @@ XSTAGE_C_API int xstage_comm_create(const uint8_t id[XSTAGE_COMM_UNIQUE_ID_BYTES
     XSTAGE_REQUIRE(rank >= 0 && rank < world_size,
                    "rank " + std::to_string(rank) + " does not exist in a job of " + std::to_string(world_size) + " ranks");
     XSTAGE_REQUIRE(device >= 0, "device is " + std::to_string(device) + "; it must be a CUDA device ordinal");
-    capi::require_supported_device(device);
+    xstage::require_sm90(device);
     capi::DeviceGuard guard(device);  // Runtime makes the device current; the caller's is restored after
     ncclUniqueId nccl_id;
     std::memcpy(&nccl_id, id, sizeof nccl_id);

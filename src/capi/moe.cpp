@@ -1,6 +1,8 @@
 // xstage_moe_*: the C ABI of moe::FusedMoeLayer (the fused MegaMoE layer over a communicator) and of the
-// weight preparation it needs (pack_w1, the 128x128 fp8 weight quantizer). Argument errors are found before
-// CUDA is touched (shapes, dtypes, layouts, alignment, devices), so they are tested without a GPU.
+// weight preparation it needs (pack_w1, the 128x128 fp8 weight quantizer). What a configuration may be is the
+// plan's to say (moe/plan.hpp), asked here without a GPU (xstage_moe_check_config) and with one (create).
+// Argument errors are found before CUDA is touched (shapes, dtypes, layouts, alignment, devices), so they are
+// tested without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -11,10 +13,10 @@
 #include "capi/handles.hpp"
 #include "capi/xstage_c.h"
 #include "common/error.hpp"
+#include "common/device_facts.hpp"
 #include "moe/fp8/quantize_device.hpp"
-#include "moe/kernel/launch.hpp"
-#include "moe/kernel/status.hpp"
 #include "moe/megamoe.hpp"
+#include "moe/plan.hpp"
 #include "moe/problem/problem.hpp"
 #include "moe/weights.hpp"
 
@@ -30,20 +32,13 @@ moe::DType moe_dtype(int32_t dtype, const char* what) {
   return dtype == XSTAGE_DTYPE_BFLOAT16 ? moe::DType::bf16 : moe::DType::fp8_e4m3;
 }
 
-struct Checked {
-  moe::MoeProblem problem;
-  moe::FusedMoeOptions options;
-};
-
-// Everything about a configuration that can be checked without a GPU (FusedMoeLayer checks the rest: CTA
-// pairs against the SM count).
-Checked check_config(const xstage_moe_config* c, int32_t ranks) {
+// The request a config stands for: the C fields decoded (codes, 0 for a default), everything else judged by
+// the plan's one legality check (moe::why_not), without a GPU (`device` not known) or on the device.
+moe::MoeLayerRequest request_of(const xstage_moe_config* c, int32_t ranks, const DeviceFacts& device) {
   XSTAGE_REQUIRE(c != nullptr, "config is NULL");
   XSTAGE_REQUIRE(c->reserved == 0, "config.reserved must be 0 (xstage_moe_config not zero-initialised?)");
-  XSTAGE_REQUIRE(ranks >= 1 && ranks <= moe::kMaxEpRanks,
-                 "the MoE layer runs on 1 to " + s(moe::kMaxEpRanks) + " ranks (one NVLink domain); got " + s(ranks));
-  Checked out;
-  moe::MoeProblem& p = out.problem;
+  moe::MoeLayerRequest r;
+  moe::MoeProblem& p = r.problem;
   p.P_ranks = ranks;
   p.E_experts = c->experts;
   p.top_k = c->top_k;
@@ -52,46 +47,26 @@ Checked check_config(const xstage_moe_config* c, int32_t ranks) {
   p.T_tokens = c->max_tokens;
   p.dtype = moe_dtype(c->dtype, "config.dtype");
   p.b_m = 128;
-  XSTAGE_REQUIRE(c->hidden >= 1 && c->inter >= 1,
-                 "MoE: hidden and inter must be positive (got " + s(c->hidden) + ", " + s(c->inter) + ")");
   XSTAGE_REQUIRE(c->tile_n == 0 || c->tile_n == 128 || c->tile_n == 256,
                  "config.tile_n is " + s(c->tile_n) + "; it must be 128, 256 or 0 (the default for the shape)");
   p.b_n = c->tile_n ? c->tile_n : moe::default_tile_n(p.dtype, c->hidden, c->inter);
-  moe::validate(p);
-  XSTAGE_REQUIRE(p.dtype == moe::DType::bf16 || p.b_n == 256,
-                 "MoE fp8: the fused fp8 kernel needs 256-wide tiles: hidden a multiple of 128 and 2*inter a multiple of "
-                 "256 (got hidden " + s(p.h_hidden) + ", inter " + s(p.h_inter) + ", tile_n " + s(p.b_n) + ")");
-  XSTAGE_REQUIRE(p.E_local() <= moe::kMegaMoeMaxLocalExperts && p.P_ranks * p.E_local() <= moe::kMegaMoeMaxCounts,
-                 "MoE: " + s(p.E_local()) + " experts per rank is more than the kernel's shared-memory tables hold (" +
-                     s(moe::kMegaMoeMaxLocalExperts) + ", and ranks x local experts <= " + s(moe::kMegaMoeMaxCounts) + ")");
-
-  moe::FusedMoeOptions& o = out.options;
   XSTAGE_REQUIRE(c->schedule == XSTAGE_MOE_SCHEDULE_INTERLEAVED || c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ||
                      c->schedule == XSTAGE_MOE_SCHEDULE_AUTO,
                  "config.schedule is " + s(c->schedule) + "; it must be XSTAGE_MOE_SCHEDULE_INTERLEAVED (0), "
                  "XSTAGE_MOE_SCHEDULE_EXPERT_WAVE (1) or XSTAGE_MOE_SCHEDULE_AUTO (2)");
-  o.automatic = c->schedule == XSTAGE_MOE_SCHEDULE_AUTO;
-  o.schedule = c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ? moe::MoeScheduleKind::expert_wave : moe::MoeScheduleKind::interleaved;
-  XSTAGE_REQUIRE(c->wave_lag >= 0, "config.wave_lag is " + s(c->wave_lag) + "; it must be >= 0 (1: pipelined waves)");
-  XSTAGE_REQUIRE(c->wave_experts >= 0 && c->wave_experts <= p.E_local(),
-                 "config.wave_experts is " + s(c->wave_experts) + "; it must be 0 (automatic) to " + s(p.E_local()) +
-                     " (the local experts)");
-  XSTAGE_REQUIRE(c->lead_rows >= 0, "config.lead_rows is " + s(c->lead_rows) + "; it must be >= 0 (0: automatic)");
-  XSTAGE_REQUIRE(c->cluster_n >= 0 && c->cluster_n <= 2, "config.cluster_n is " + s(c->cluster_n) + "; it must be 0 (automatic), 1 or 2");
-  XSTAGE_REQUIRE(c->cluster_m == 1 || c->cluster_m == 2 || c->cluster_m == 0, "config.cluster_m is " + s(c->cluster_m) + "; it must be 1 or 2");
-  XSTAGE_REQUIRE(!(c->cluster_m == 2 && c->cluster_n == 2), "config: CTA pairs along N (cluster_n 2) and along M (cluster_m 2) do not combine");
-  XSTAGE_REQUIRE(c->cluster_m != 2 || p.b_n == 256, "config: M-pairs (cluster_m 2) need 256-wide tiles (tile_n " + s(p.b_n) + ")");
-  XSTAGE_REQUIRE(c->capacity_slack == 0 || c->capacity_slack >= 1,
-                 "config.capacity_slack is " + std::to_string(c->capacity_slack) + "; it must be 0 (worst case) or >= 1");
+  r.automatic = c->schedule == XSTAGE_MOE_SCHEDULE_AUTO;
+  r.schedule = c->schedule == XSTAGE_MOE_SCHEDULE_EXPERT_WAVE ? moe::MoeScheduleKind::expert_wave : moe::MoeScheduleKind::interleaved;
+  r.wave_lag = c->wave_lag;
+  r.wave_experts = c->wave_experts;
+  r.D_rows = c->lead_rows;
+  r.cluster_n = c->cluster_n;
+  r.cluster_m = c->cluster_m ? c->cluster_m : 1;
+  r.capacity_slack = c->capacity_slack;
   XSTAGE_REQUIRE(c->timeout_s >= 0 && c->timeout_s < 1e6, "config.timeout_s is " + std::to_string(c->timeout_s) + "; it must be >= 0 (0: 10 s)");
-  o.wave_lag = c->wave_lag;
-  o.wave_experts = c->wave_experts;
-  o.D_rows = c->lead_rows;
-  o.cluster_n = c->cluster_n;
-  o.cluster_m = c->cluster_m ? c->cluster_m : 1;
-  o.capacity_slack = c->capacity_slack;
-  if (c->timeout_s > 0) o.timeout_s = c->timeout_s;
-  return out;
+  if (c->timeout_s > 0) r.timeout_s = c->timeout_s;
+  const std::string why = moe::why_not(r, device);
+  if (!why.empty()) throw InputError(why);
+  return r;
 }
 
 // A [d0][d1]... operand: non-null, the dtype, exactly the shape, contiguous, 16-byte aligned, on `device`.
@@ -179,7 +154,7 @@ void pack_w1(const xstage_tensor* logical_in, const xstage_tensor* packed_in, in
   operand(logical_in, "logical", XSTAGE_DTYPE_BFLOAT16, {E, N, h}, "[experts, 2*inter, hidden]", device);
   const xstage_tensor& packed = operand(packed_in, "packed", XSTAGE_DTYPE_BFLOAT16, {E, N, h}, "[experts, 2*inter, hidden]", device);
   require_disjoint(packed, "packed", logical, "logical");
-  require_supported_device(device);
+  require_sm90(device);
   DeviceGuard guard(device);
   require_device_pointer(logical.data, "logical", device);
   require_device_pointer(packed.data, "packed", device);
@@ -202,7 +177,7 @@ void quantize_weights(const xstage_tensor* w_in, const xstage_tensor* codes_in, 
   const xstage_tensor& codes = operand(codes_in, "codes", c.dtype, {n, k}, "[n, k]", device);
   const xstage_tensor& scales =
       operand(scales_in, "scales", XSTAGE_DTYPE_FLOAT32, {n / 128, moe::round_up(k / 128, 4)}, "[n/128, round_up(k/128, 4)]", device);
-  require_supported_device(device);
+  require_sm90(device);
   DeviceGuard guard(device);
   require_device_pointer(w.data, "w", device);
   require_device_pointer(codes.data, "codes", device);
@@ -228,8 +203,19 @@ XSTAGE_C_API int xstage_moe_default_tile_n(int32_t dtype, int32_t hidden, int32_
   });
 }
 
+XSTAGE_C_API int xstage_moe_schedule_from_name(const char* name, int32_t* schedule, int32_t* wave_lag) {
+  return capi::guarded("xstage_moe_schedule_from_name", [&] {
+    XSTAGE_REQUIRE(name != nullptr && schedule != nullptr && wave_lag != nullptr, "name, schedule or wave_lag is NULL");
+    const xstage::moe::NamedSchedule& n = xstage::moe::named_schedule(name);
+    *schedule = n.automatic ? XSTAGE_MOE_SCHEDULE_AUTO
+                : n.kind == xstage::moe::MoeScheduleKind::expert_wave ? XSTAGE_MOE_SCHEDULE_EXPERT_WAVE
+                                                                       : XSTAGE_MOE_SCHEDULE_INTERLEAVED;
+    *wave_lag = n.wave_lag;
+  });
+}
+
 XSTAGE_C_API int xstage_moe_check_config(const xstage_moe_config* config, int32_t ranks) {
-  return capi::guarded("xstage_moe_check_config", [&] { (void)capi::check_config(config, ranks); });
+  return capi::guarded("xstage_moe_check_config", [&] { (void)capi::request_of(config, ranks, xstage::DeviceFacts{}); });
 }
 
 XSTAGE_C_API int xstage_moe_create(xstage_comm* comm, const xstage_moe_config* config, xstage_moe** out) {
@@ -237,12 +223,13 @@ XSTAGE_C_API int xstage_moe_create(xstage_comm* comm, const xstage_moe_config* c
     XSTAGE_REQUIRE(out != nullptr, "out is NULL");
     *out = nullptr;
     xstage::comm::Runtime& rt = capi::require_comm(comm);
-    const capi::Checked c = capi::check_config(config, rt.world_size());
+    const xstage::DeviceFacts& device = xstage::device_facts(rt.device());
+    const xstage::moe::MoeLayerRequest request = capi::request_of(config, rt.world_size(), device);
     capi::DeviceGuard guard(rt.device());
     auto handle = std::make_unique<xstage_moe>();
     handle->comm = comm;
-    handle->problem = c.problem;
-    handle->layer = std::make_unique<xstage::moe::FusedMoeLayer>(c.problem, rt, c.options);
+    handle->problem = request.problem;
+    handle->layer = std::make_unique<xstage::moe::FusedMoeLayer>(xstage::moe::plan_layer(request, device), rt);
     ++comm->layers;
     *out = handle.release();
   });
@@ -261,6 +248,14 @@ XSTAGE_C_API int xstage_moe_poll(const xstage_moe* layer) {
   return capi::guarded("xstage_moe_poll", [&] {
     XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL");
     layer->layer->poll();
+  });
+}
+
+XSTAGE_C_API int xstage_moe_ended(const xstage_moe* layer, int32_t* ended) {
+  return capi::guarded("xstage_moe_ended", [&] {
+    XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL");
+    XSTAGE_REQUIRE(ended != nullptr, "ended is NULL");
+    *ended = layer->layer->ended() ? 1 : 0;
   });
 }
 

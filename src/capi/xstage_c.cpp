@@ -2,8 +2,6 @@
 // arguments and CUDA devices that every operation shares. Operations live one per file (attention.cpp).
 #include <cuda_runtime.h>
 
-#include <atomic>
-
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -12,6 +10,7 @@
 
 #include "capi/capi_internal.hpp"
 #include "capi/xstage_c.h"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 
 #ifndef XSTAGE_VERSION_STRING
@@ -150,32 +149,8 @@ void require_disjoint(const xstage_tensor& a, const char* a_name, const xstage_t
   XSTAGE_REQUIRE(hi_a <= lo_b || hi_b <= lo_a, std::string(a_name) + " and " + b_name + " overlap in memory");
 }
 
-namespace {
-
-// Devices already found to exist and to be sm_90 (bit d: device d < 64): what never changes in a process is
-// asked of CUDA once, not on every call.
-std::atomic<uint64_t> g_supported_devices{0};
-
-bool known_supported(int32_t device) {
-  return device >= 0 && device < 64 && (g_supported_devices.load(std::memory_order_acquire) >> device & 1) != 0;
-}
-
-}  // namespace
-
 DeviceGuard::DeviceGuard(int32_t device) : device_(device) {
-  if (!known_supported(device)) {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw PlatformError("CUDA is not usable on this machine (cudaGetDeviceCount: " + cuda_error_text(e) +
-                          "): no NVIDIA driver or no GPU");
-    }
-    if (device < 0 || device >= count) {
-      throw PlatformError("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
-                          " visible)");
-    }
-  }
+  (void)device_facts(device);  // PlatformError when CUDA is unusable or there is no such device (asked once)
   cudaError_t g = cudaGetDevice(&previous_);
   if (g != cudaSuccess) {
     (void)cudaGetLastError();
@@ -193,25 +168,6 @@ DeviceGuard::DeviceGuard(int32_t device) : device_(device) {
 
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
-}
-
-void require_supported_device(int32_t device) {
-  if (known_supported(device)) return;
-  DeviceGuard guard(device);
-  int major = 0, minor = 0;
-  cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw PlatformError("cannot query CUDA device " + std::to_string(device) + ": " + cuda_error_text(e));
-  }
-  if (major != 9 || minor != 0) {
-    cudaDeviceProp prop{};
-    const std::string name = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? prop.name : "?";
-    throw PlatformError("CUDA device " + std::to_string(device) + " (" + name + ") is sm_" + std::to_string(major) +
-                        std::to_string(minor) + "; xstage's kernels are built for sm_90a (Hopper: H100, H200, GH200)");
-  }
-  if (device < 64) g_supported_devices.fetch_or(uint64_t(1) << device, std::memory_order_acq_rel);
 }
 
 void require_device_pointer(const void* ptr, const char* name, int32_t device) {
@@ -257,7 +213,7 @@ XSTAGE_C_API const char* xstage_version(void) { return XSTAGE_VERSION_STRING; }
 XSTAGE_C_API const char* xstage_last_error(void) { return xstage::capi::t_last_error.c_str(); }
 
 XSTAGE_C_API int xstage_check_device(int32_t device) {
-  return xstage::capi::guarded("xstage_check_device", [&] { xstage::capi::require_supported_device(device); });
+  return xstage::capi::guarded("xstage_check_device", [&] { xstage::require_sm90(device); });
 }
 
 }  // extern "C"

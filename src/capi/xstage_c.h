@@ -24,8 +24,8 @@
  * each of which owns its symmetric NCCL windows and is built once and called many times. Creating and
  * destroying a communicator or a layer is collective: every rank calls it, in the same order. A layer's
  * forward call only enqueues (no host synchronisation, no allocation, CUDA-graph capturable); its poll
- * function reports, without blocking, a device-side failure (a wait that timed out, bad router ids) of any
- * earlier call.
+ * function reports, without blocking, what the device found in earlier calls (a wait that timed out, bad
+ * router ids).
  */
 #ifndef XSTAGE_C_H_
 #define XSTAGE_C_H_
@@ -226,7 +226,12 @@ XSTAGE_C_API size_t xstage_moe_config_struct_size(void);
 /* The tile width the layer uses by default for a shape (256 where it fits, else 128). */
 XSTAGE_C_API int xstage_moe_default_tile_n(int32_t dtype, int32_t hidden, int32_t inter, int32_t* out);
 
-/* The checks of xstage_moe_create that need no GPU, for a job of `ranks` ranks. */
+/* The schedule named `name` ("auto", "interleaved", "expert_wave" or "pipelined_waves"; docs/MOE.md) as the
+ * config's schedule and wave_lag fields. XSTAGE_ERROR_INPUT listing the names for any other. */
+XSTAGE_C_API int xstage_moe_schedule_from_name(const char* name, int32_t* schedule, int32_t* wave_lag);
+
+/* The checks of xstage_moe_create that need no GPU, for a job of `ranks` ranks: everything about the
+ * configuration but what depends on the device (the SM count's parity for CTA pairs). */
 XSTAGE_C_API int xstage_moe_check_config(const xstage_moe_config* config, int32_t ranks);
 
 /* Collective: allocates the layer's symmetric window on every rank. */
@@ -239,9 +244,19 @@ XSTAGE_C_API int xstage_moe_forward(xstage_moe* layer, const xstage_tensor* toke
                                     const xstage_tensor* w2, const xstage_tensor* w1_scales,
                                     const xstage_tensor* w2_scales, const xstage_tensor* out, void* stream);
 
-/* Non-blocking: XSTAGE_ERROR_PLATFORM naming the failure of an earlier call (a wait that timed out, router
- * ids out of range), else OK. After a failure the layer refuses further calls. */
+/* Non-blocking; reports what the device found in earlier calls, each once:
+ *   XSTAGE_ERROR_INPUT     router ids were dropped (outside [0, experts), or repeated in a token's top-k): the
+ *                          message counts them and names the first. The dropped pairs add nothing to their
+ *                          tokens' outputs; the layer goes on, and later calls with good ids are correct.
+ *   XSTAGE_ERROR_PLATFORM  a failure that leaves the layer's state unknown (a device-side wait that timed
+ *                          out, a missing peer, a capacity overflow) has ended the layer: it refuses further
+ *                          calls; destroy it on every rank and create a new one.
+ *   XSTAGE_OK              neither. */
 XSTAGE_C_API int xstage_moe_poll(const xstage_moe* layer);
+
+/* Non-blocking: *ended = 1 once a failure of an earlier call has ended the layer (xstage_moe_poll says which),
+ * else 0. */
+XSTAGE_C_API int xstage_moe_ended(const xstage_moe* layer, int32_t* ended);
 
 /* Collective; waits for the device to finish with the layer's buffers first. NULL is accepted. */
 XSTAGE_C_API int xstage_moe_destroy(xstage_moe* layer);

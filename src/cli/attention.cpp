@@ -23,6 +23,7 @@
 #include "attention/reference.hpp"
 #include "cli/commands.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "common/run_info.hpp"
 
@@ -244,20 +245,8 @@ std::vector<CheckCase> check_cases(bool quick) {
   };
 }
 
-void require_gpu() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    throw PlatformError("no CUDA GPU visible: `xstage attention` needs an sm_90 (Hopper) GPU");
-  }
-  cudaDeviceProp prop{};
-  XSTAGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    std::ostringstream os;
-    os << "GPU 0 is " << prop.name << " (sm_" << prop.major << prop.minor
-       << "); the attention kernel is built for sm_90a (H100/H200)";
-    throw PlatformError(os.str());
-  }
-}
+// An sm_90 GPU 0 (the kernels are sm_90a code), else PlatformError saying what there is.
+void require_gpu() { require_sm90(0); }
 
 nlohmann::json gpu_json() {
   cudaDeviceProp prop{};
@@ -334,8 +323,7 @@ void run_bench(const BenchOptions& opt) {
   std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.reps);
   std::printf("%5s %6s %7s %12s %10s  %s\n", "d", "heads", "M", "time_ms", "TFLOP/s", "tile");
   bool first = true;
-  int num_sms = 0;
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+  const int num_sms = device_facts(0).sm_count;
   for (int d : opt.head_dims) {
     for (int h : opt.heads) {
       for (int m : opt.seqlens) {

@@ -30,10 +30,12 @@
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "common/run_info.hpp"
 #include "moe/harness/layer.hpp"
 #include "moe/megamoe.hpp"
+#include "moe/plan.hpp"
 #include "moe/reference/reference.hpp"
 #include "moe/problem/routing.hpp"
 #include "moe/baseline/unfused.hpp"
@@ -74,7 +76,7 @@ struct MoeArgs {
   double device_timeout_s = 10;
   int tile_n = 0;            // 0 = auto (256 where the shape allows it)
   int cluster_m = 1;         // fused kernel: 2 = M-pairs (scheduler.hpp's MixedPairTiling)
-  int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = FusedMoeOptions' automatic choice)
+  int cluster_n = 0;         // fused kernel: CTAs sharing A by multicast (0 = the plan's automatic choice)
   std::string cases;   // check: comma-separated substrings of case names
   std::string config;  // bench
   std::string filter;  // bench: comma-separated substrings of config names
@@ -137,16 +139,18 @@ std::unique_ptr<moe::MoeLayerImpl> make_impl(const std::string& name, const moe:
                                              const MoeArgs& args) {
   if (name == "unfused-loop") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::per_expert_loop);
   if (name == "unfused-grouped") return std::make_unique<moe::UnfusedMoeLayer>(pr, rt.rank(), rt.comm(), moe::GemmPath::grouped);
-  moe::FusedMoeOptions opt;
-  opt.automatic = name == "megamoe-auto";  // then --cluster / --cluster-m are chosen too
-  opt.schedule = name == "megamoe-interleaved" ? moe::MoeScheduleKind::interleaved : moe::MoeScheduleKind::expert_wave;
-  opt.wave_lag = name == "megamoe-wave-pipelined" ? 1 : 0;
-  opt.D_rows = args.D_rows;
-  opt.wave_experts = args.wave_experts;
-  opt.timeout_s = args.device_timeout_s;
-  opt.cluster_n = args.cluster_n;
-  opt.cluster_m = args.cluster_m;
-  return std::make_unique<moe::FusedMoeLayer>(pr, rt, opt);
+  moe::MoeLayerRequest request;  // the plan decides (moe/plan.hpp); megamoe-auto ignores --cluster and --cluster-m
+  request.problem = pr;
+  request.set_schedule(name == "megamoe-auto"             ? "auto"
+                       : name == "megamoe-interleaved"     ? "interleaved"
+                       : name == "megamoe-wave-pipelined" ? "pipelined_waves"
+                                                          : "expert_wave");
+  request.D_rows = args.D_rows;
+  request.wave_experts = args.wave_experts;
+  request.timeout_s = args.device_timeout_s;
+  request.cluster_n = args.cluster_n;
+  request.cluster_m = args.cluster_m;
+  return std::make_unique<moe::FusedMoeLayer>(moe::plan_layer(request, device_facts(rt.device())), rt);
 }
 
 // One call, then wait for it and report a device-side failure (the op interface's enqueue and poll).
@@ -415,8 +419,9 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
   if (!stats) return nullptr;  // a build without the kernel's counters (CMake -DXSTAGE_MOE_STATS=ON has them)
   const moe::MoeKernelStats& st = *stats;
   const auto tiles = fused->read_tiles_run();
-  const double per_cta_us = 1.0 / (fused->grid() * clock_mhz);
-  return {{"ctas", fused->grid()}, {"sm_clock_mhz", clock_mhz},
+  const int ctas = fused->plan().grid;
+  const double per_cta_us = 1.0 / (ctas * clock_mhz);
+  return {{"ctas", ctas}, {"sm_clock_mhz", clock_mhz},
           {"consumer_us_per_cta", st.consumer_cycles * per_cta_us},
           {"staging_wait_fraction", st.consumer_cycles ? double(st.staging_wait_cycles) / st.consumer_cycles : 0.0},
           {"staging_wait_us_per_cta", st.staging_wait_cycles * per_cta_us},
@@ -429,7 +434,7 @@ nlohmann::json kernel_stats_json(const moe::MoeLayerImpl& layer, double clock_mh
           // %globaltimer: earliest CTA entry -> earliest first tile -> last tile end -> kernel end
           {"head_us", (double(~st.first_tile_not_ns) - double(~st.kernel_start_not_ns)) / 1e3},
           {"tiles_us", (double(st.last_tile_end_ns) - double(~st.first_tile_not_ns)) / 1e3},
-          {"consumer_timer_us_per_cta", double(st.consumer_ns) / 1e3 / fused->grid()},
+          {"consumer_timer_us_per_cta", double(st.consumer_ns) / 1e3 / ctas},
           {"cta_finish_spread_us", (double(st.last_tile_end_ns) - double(~st.first_cta_done_not_ns)) / 1e3},
           {"tail_us", (double(st.kernel_end_ns) - double(st.last_tile_end_ns)) / 1e3},
           {"kernel_us", (double(st.kernel_end_ns) - double(~st.kernel_start_not_ns)) / 1e3}};
@@ -531,7 +536,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         continue;
       }
       const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(layer.get());
-      const std::string schedule_reason = fused ? fused->schedule_reason() : "";
+      const std::string schedule_reason = fused ? fused->plan().reason : "";
       if (lead && impl == "megamoe-auto") std::printf("    %s, because %s\n", layer->name().c_str(), schedule_reason.c_str());
       moe::LayerOutput out = moe::make_layer_output(pr);
       const moe::MoeLayerViews views = in.views(out);

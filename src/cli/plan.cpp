@@ -32,6 +32,7 @@
 #include "model/platform.hpp"
 #include "model/simulator.hpp"
 #include "model/units.hpp"
+#include "moe/plan.hpp"
 #include "moe/problem/problem.hpp"
 #include "moe/schedule/auto_schedule.hpp"
 #include "moe/schedule/schedule_host.hpp"
@@ -635,7 +636,7 @@ json candidate_json(const moe::ScheduleCandidate& c) {
 json choice_json(const moe::ScheduleChoice& c) {
   json cands = json::array();
   for (const auto& x : c.candidates) cands.push_back(candidate_json(x));
-  return {{"schedule", c.schedule == moe::MoeScheduleKind::interleaved ? "interleaved" : "expert_wave"},
+  return {{"schedule", moe::schedule_name(c.schedule)},
           {"wave_lag", c.wave_lag},
           {"cluster_n", c.cluster_n},
           {"cluster_m", c.cluster_m},
@@ -782,7 +783,7 @@ void print_layer(const LayerSpec& spec, int K_SM, const LayerResult& r, bool fir
   }
   if (r.choice) {
     std::printf("choice    %s  (schedule %s, wave_lag %d, cluster_n %d, cluster_m %d)\n", moe::describe(r.choice->chosen.variant).c_str(),
-                r.choice->schedule == moe::MoeScheduleKind::interleaved ? "interleaved" : "expert_wave", r.choice->wave_lag,
+                moe::schedule_name(r.choice->schedule), r.choice->wave_lag,
                 r.choice->cluster_n, r.choice->cluster_m);
     std::printf("          %s\n", r.choice->reason.c_str());
   }

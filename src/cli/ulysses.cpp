@@ -30,6 +30,7 @@
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/device_buffer.hpp"
 #include "common/error.hpp"
 #include "common/gpu_timing.hpp"
@@ -342,8 +343,7 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
   cudaStream_t stream = rt.stream();
   const std::string platform_file = args.platform.empty() ? shipped_file(kDefaultPlatform) : args.platform;
   const model::PlatformModel platform = model::read_platform_file(platform_file);
-  int sms = 0;
-  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rt.device()));
+  const int sms = device_facts(rt.device()).sm_count;
   nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"platform", platform_file},
                         {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls per variant; per trial "
                                      "every variant in turn, all ranks lined up before each, time per call = graph time / calls, max "

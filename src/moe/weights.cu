@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "moe/problem/layout.hpp"
@@ -23,19 +24,13 @@ __global__ void pack_w1_kernel(const uint4* logical, uint4* packed, int E_local,
 
 }  // namespace
 
-int default_tile_n(DType dtype, int h, int I) {
-  const bool l1_256 = (2 * I) % 256 == 0;
-  const bool wide = dtype == DType::fp8_e4m3 ? l1_256 && h % 128 == 0 : l1_256 && h % 256 == 0;
-  return wide ? 256 : 128;
-}
-
 void pack_w1(const __nv_bfloat16* logical, __nv_bfloat16* packed, int E_local, int h, int I, int b_n, cudaStream_t stream) {
   XSTAGE_REQUIRE(E_local >= 1 && h >= 8 && h % 8 == 0 && I >= 1 && (2 * I) % b_n == 0 && (b_n == 128 || b_n == 256),
                  "pack_w1: needs E_local >= 1, h a multiple of 8 and 2·h_inter a multiple of b_n (128 or 256); got E_local = " +
                      std::to_string(E_local) + ", h = " + std::to_string(h) + ", h_inter = " + std::to_string(I) + ", b_n = " +
                      std::to_string(b_n));
   XSTAGE_REQUIRE(logical != nullptr && packed != nullptr && logical != packed, "pack_w1: needs two distinct device buffers");
-  launch_kernel(pack_w1_kernel, 132 * 8, 256, 0, stream, reinterpret_cast<const uint4*>(logical), reinterpret_cast<uint4*>(packed),
+  launch_kernel(pack_w1_kernel, current_device_facts().sm_count * 8, 256, 0, stream, reinterpret_cast<const uint4*>(logical), reinterpret_cast<uint4*>(packed),
                 E_local, 2 * I, h / 8, b_n, I);
 }
 

@@ -1,5 +1,5 @@
-// Expert weights as the fused layer (and the unfused baseline) read them, and the tile width that decides
-// their order. A PyTorch MoE stores Linear-1 as gate_proj and up_proj rows stacked, [E][2·h_inter][h] with
+// Expert weights as the fused layer (and the unfused baseline) read them, in the order that the tile width
+// (default_tile_n, problem/problem.hpp) decides. A PyTorch MoE stores Linear-1 as gate_proj and up_proj rows stacked, [E][2·h_inter][h] with
 // gate rows first: pack_w1 turns that into the kernel's tile-interleaved order, in which every b_n-row block
 // holds b_n/2 gate rows and the matching b_n/2 up rows (problem/layout.hpp, l1_logical_row), so SwiGLU runs
 // in each Linear-1 tile's epilogue. W2 [E][h][h_inter] is read as it is.
@@ -11,12 +11,6 @@
 #include "moe/problem/problem.hpp"
 
 namespace xstage::moe {
-
-// The tile width b_n of the fused layer for a shape: 256 (fewer, larger wgmma tiles) where Linear-1's
-// N = 2·h_inter allows it and h is a multiple of 256 (bf16) or of 128 (fp8: the fused fp8 kernel needs
-// 256-wide Linear-1 tiles, and an h that is an odd multiple of 128 leaves each row's last Linear-2 block half
-// full), else 128.
-int default_tile_n(DType dtype, int h_hidden, int h_inter);
 
 // logical [E_local][2·h_inter][h] (gate rows, then up rows) -> packed, same shape, for tile width b_n.
 // Enqueued on `stream`; the two buffers must not overlap.

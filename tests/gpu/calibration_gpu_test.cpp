@@ -17,6 +17,7 @@
 #include "comm/runtime.hpp"
 #include "comm/signal_barrier.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "rank_test_main.hpp"
 
@@ -35,7 +36,7 @@ struct Fixture : ::testing::Test {
   void* local = nullptr;
 
   void SetUp() override {
-    XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, rt.device()));
+    sm_count = device_facts(rt.device()).sm_count;
     window = std::make_unique<comm::SymmetricBuffer>(rt, static_cast<std::size_t>(sm_count) * kSlots * kSlotBytes);
     barrier = std::make_unique<comm::SignalBarrier>(rt);
     XSTAGE_CUDA_CHECK(cudaMalloc(&local, window->bytes()));

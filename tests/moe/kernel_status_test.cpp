@@ -55,12 +55,30 @@ TEST(MegaMoeStatus, NonWaitFailuresSayWhatToDo) {
   EXPECT_TRUE(has(describe(record(MoeWait::accumulator_layout, 3, 0, 0), 10), "internal error"));
 }
 
-TEST(MegaMoeStatus, BadRouterInputNamesTheTokenAndTheExpert) {
-  const std::string range = describe(record(MoeWait::expert_out_of_range, 17, static_cast<std::uint32_t>(-3), 64), 10);
-  EXPECT_TRUE(has(range, "bad router input on rank 1: token 17 picks expert -3, outside [0, 64)")) << range;
-  const std::string twice = describe(record(MoeWait::duplicate_expert, 5, 9, 0), 10);
+TEST(MegaMoeStatus, DroppedRouterIdsAreCountedAndTheFirstNamed) {
+  RouterInputReport first{};
+  first.what = static_cast<std::int32_t>(MoeWait::expert_out_of_range);
+  first.token = 17;
+  first.expert = -3;
+  first.E = 64;
+  first.epoch = 4;
+  const std::string range = describe_dropped_router_ids(1, 2, 1, &first);
+  EXPECT_TRUE(has(range, "bad router input on rank 1: 3 (token, expert) pairs dropped since the last poll")) << range;
+  EXPECT_TRUE(has(range, "(2 with an expert id outside [0, E), 1 repeating an expert of the same token)")) << range;
+  EXPECT_TRUE(has(range, "the first: token 17 picks expert -3, outside [0, 64)")) << range;
+  EXPECT_TRUE(has(range, "in call 4")) << range;
+  EXPECT_TRUE(has(range, "the layer goes on")) << range;
+  first.what = static_cast<std::int32_t>(MoeWait::duplicate_expert);
+  first.token = 5;
+  first.expert = 9;
+  const std::string twice = describe_dropped_router_ids(0, 0, 1, &first);
+  EXPECT_TRUE(has(twice, "1 (token, expert) pair dropped")) << twice;
   EXPECT_TRUE(has(twice, "token 5 picks expert 9 more than once")) << twice;
   EXPECT_FALSE(has(twice, "timed out")) << twice;
+  // A pair dropped while the host re-armed the sample is counted without one.
+  const std::string unsampled = describe_dropped_router_ids(0, 1, 0, nullptr);
+  EXPECT_TRUE(has(unsampled, "1 (token, expert) pair dropped")) << unsampled;
+  EXPECT_FALSE(has(unsampled, "the first")) << unsampled;
 }
 
 TEST(MegaMoeStatus, InKernelWaitsAreNamed) {

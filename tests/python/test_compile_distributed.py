@@ -91,7 +91,7 @@ def moe_ffn(x, router, w1, w2):
     return y.reshape(b, s, h) + x
 
 
-def test_moe_fullgraph_one_graph(fake):
+def test_moe_fullgraph_one_graph(c_library, fake):
     torch._dynamo.reset()
     backend = Capture()
     x = torch.empty(2, 100, H, dtype=BF16, device="cuda")
@@ -104,7 +104,7 @@ def test_moe_fullgraph_one_graph(fake):
     assert node.args[7:] == ("", 0, 0, "expert_wave", 0, 1, 10.0)
 
 
-def test_moe_fp8_dynamic_tokens(fake):
+def test_moe_fp8_dynamic_tokens(c_library, fake):
     torch._dynamo.reset()
     backend = Capture()
     fp8 = torch.float8_e4m3fn

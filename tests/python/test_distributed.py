@@ -153,7 +153,7 @@ def moe_args(t=T, h=H, inter=I, e=E, k=K, dtype=BF16):
     return args
 
 
-def test_moe_fake_shapes(fake):
+def test_moe_fake_shapes(c_library, fake):
     out = xstage.moe(**moe_args())
     assert out.shape == (T, H) and out.dtype == BF16 and out.device.type == "cuda"
     out = xstage.moe(**moe_args(dtype=FP8), schedule="pipelined_waves", max_tokens=4096)
@@ -223,15 +223,21 @@ def test_moe_not_contiguous(fake):
         xstage.moe(**args)
 
 
-def test_moe_tokens_and_options(fake, group_of):
+def test_moe_tokens_and_options(c_library, fake, group_of):
     with pytest.raises(ValueError, match="100 tokens, more than max_tokens = 64"):
         xstage.moe(**moe_args(), max_tokens=64)
-    with pytest.raises(ValueError, match=r"schedule is 'waves'; it must be one of \['auto', 'expert_wave', 'interleaved', 'pipelined_waves'\]"):
+    with pytest.raises(ValueError, match=r"schedule is 'waves'; it must be one of auto, interleaved, expert_wave, pipelined_waves"):
         xstage.moe(**moe_args(), schedule="waves")
     group_of(2)  # 8 local experts x 2 ranks = 16 experts
     with pytest.raises(ValueError, match="top_k = 17 is more than the layer's 16 experts"):
         xstage.moe(**moe_args(k=17))
     assert xstage.moe(**moe_args(k=16)).shape == (T, H)
+    # With the group's size known, the configuration is the C library's to judge, at trace time (no GPU).
+    with pytest.raises(xstage.InputError, match="do not combine"):
+        xstage.moe(**moe_args(), schedule="interleaved", cluster_n=2, cluster_m=2)
+    xstage.moe(**moe_args(), cluster_n=2, cluster_m=2)  # "auto" chooses the pairing itself: these are ignored
+    with pytest.raises(xstage.InputError, match="the fused fp8 kernel needs 256-wide tiles"):
+        xstage.moe(**moe_args(dtype=FP8), tile_n=128)
 
 
 @pytest.mark.fake_cuda1
@@ -428,9 +434,13 @@ CONFIG_CASES = {
     "fp8_tile": (dict(dtype=_capi.DTYPE_FLOAT8_E4M3, tile_n=128), 1, "the fused fp8 kernel needs 256-wide tiles"),
     "schedule": (dict(schedule=5), 1, "config.schedule is 5"),
     "pairs": (dict(cluster_n=2, cluster_m=2), 1, "do not combine"),
-    "cluster_n": (dict(cluster_n=4), 1, "config.cluster_n is 4"),
-    "wave_lag": (dict(wave_lag=-1), 1, "config.wave_lag is -1"),
-    "wave_experts": (dict(wave_experts=300), 1, "config.wave_experts is 300; it must be 0 .* to 256"),
+    "cluster_n": (dict(cluster_n=4), 1, "cluster_n is 4; it must be 0 .*, 1 or 2"),
+    "wave_lag": (dict(wave_lag=-1), 1, "wave_lag is -1"),
+    "wave_experts": (dict(wave_experts=300), 1, "wave_experts is 300; it must be 0 .* to 256"),
+    "m_pairs_tile": (dict(cluster_m=2, tile_n=128), 1, "M-pairs need 128 x 256 tiles"),
+    "pairs_half_block": (dict(experts=16, top_k=2, hidden=1152, inter=4608, dtype=_capi.DTYPE_FLOAT8_E4M3, cluster_n=2), 2,
+                         "CTA pairs need even Linear-1 and Linear-2 n-block counts"),
+    "capacity_slack": (dict(capacity_slack=0.5), 1, "capacity_slack is 0.5"),
     "reserved": (dict(reserved=1), 1, "config.reserved must be 0"),
     "ranks": (dict(), 9, "1 to 8 ranks"),
     "local_experts": (dict(experts=1024), 1, "1024 experts per rank is more than the kernel's shared-memory tables hold"),
@@ -444,6 +454,15 @@ def test_c_moe_config_rejects(c_library, case):
     with pytest.raises(xstage.InputError, match=message) as info:
         _capi.moe_check_config(config(**fields), ranks)
     assert str(info.value).startswith("xstage_moe_check_config: ")
+
+
+def test_c_moe_schedule_names(c_library):
+    assert _capi.moe_schedule_from_name("auto") == (_capi.MOE_SCHEDULE_AUTO, 0)
+    assert _capi.moe_schedule_from_name("interleaved") == (_capi.MOE_SCHEDULE_INTERLEAVED, 0)
+    assert _capi.moe_schedule_from_name("expert_wave") == (_capi.MOE_SCHEDULE_EXPERT_WAVE, 0)
+    assert _capi.moe_schedule_from_name("pipelined_waves") == (_capi.MOE_SCHEDULE_EXPERT_WAVE, 1)
+    with pytest.raises(xstage.InputError, match="schedule is 'waves'; it must be one of auto, interleaved, expert_wave, pipelined_waves"):
+        _capi.moe_schedule_from_name("waves")
 
 
 def test_c_moe_config_accepts_the_headline_shapes(c_library):

@@ -10,9 +10,22 @@ load, so backends timed one after the other would differ by the clock too), each
 graph of back-to-back calls filling >= 2 ms after an untimed replay (GPU time: torch's SDPA dispatch takes more
 host time than the smallest kernels here). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
 A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
+
+More backends: `fa4` (FlashAttention-4's CuTe-DSL kernels, `flash_attn.cute.interface.flash_attn_func`, where
+importable; JIT-compiled per shape during the warm-up, on [batch, M, heads, d] like xstage), and `xstage:NAME` for
+every `--xstage-lib NAME=PATH`: another build of libxstage_c.so loaded beside the package's, so that two builds of
+the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above). A
+second copy of the library runs eagerly but its launches crashed when replayed from a CUDA graph (an illegal
+address on the H200, even for an identical copy of the package's library), so such runs take `--timing eager`:
+each timing is then back-to-back eager calls filling >= 2 ms, which matches the graph replay for kernels of
+>= 0.1 ms (the C ABI's host time per call is ~13 us).
+Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
+the DiT shapes of docs/ATTENTION.md.
 """
 import argparse
+import ctypes
 import json
+import math
 import os
 import statistics
 import sys
@@ -23,9 +36,21 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
-from common.timing import calls_per_timing, captured, time_in_turn, warm_up  # noqa: E402
+from common.timing import calls_per_timing, captured, repeat, time_in_turn, warm_up  # noqa: E402
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+# [batch, M, heads, d] of DiT attention layers at their usual resolutions (video shapes: one 480p / 720p clip).
+DIT_SHAPES = {
+    "flux-1024": (1, 4608, 24, 128),
+    "flux-2048": (1, 16896, 24, 128),
+    "sd3-1024": (2, 4250, 24, 64),
+    "wan14b-480p": (1, 32760, 40, 128),
+    "hunyuan-720p": (1, 75600, 24, 128),
+    "synthetic-32k-12-128": (1, 32768, 12, 128),
+    "synthetic-16k-12-64": (1, 16384, 12, 64),
+    "synthetic-8k-4-128": (1, 8192, 4, 128),
+    "synthetic-8k-4-64": (1, 8192, 4, 64),
+}
 
 
 def ints(text):
@@ -40,8 +65,21 @@ def sdpa_call(backend, q, k, v):
     return fn
 
 
-def xstage_call(q, k, v):
-    """xstage's kernel through the C ABI on [batch, M, heads, d] copies of q, k, v, prepared once."""
+def load_xstage_library(path):
+    """Another build of libxstage_c.so, loaded beside the package's (its own copy of every symbol)."""
+    from xstage import _capi
+
+    _capi.load_library()  # NCCL preloaded and the package's build checked, as for the "xstage" backend
+    lib = ctypes.CDLL(path)
+    _capi._declare(lib)
+    if lib.xstage_abi_version() != _capi.ABI_VERSION:
+        raise SystemExit(f"--xstage-lib {path}: C ABI version {lib.xstage_abi_version()}, the package's is {_capi.ABI_VERSION}")
+    return lib
+
+
+def xstage_call(q, k, v, lib=None):
+    """xstage's kernel through the C ABI (the package's library, or `lib`) on [batch, M, heads, d] copies of
+    q, k, v, prepared once."""
     from xstage import _capi, _tensors
 
     qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
@@ -50,7 +88,66 @@ def xstage_call(q, k, v):
     scale = q.shape[-1] ** -0.5
     keep = (qb, kb, vb, out)  # the memory the descriptors point at
     # the current stream is asked at every call: under graph capture it is the capture stream
-    return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)
+    if lib is None:
+        return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)
+    refs = [ctypes.byref(t) for t in c]
+
+    def call():
+        status = lib.xstage_flash_attention_forward(*refs, None, ctypes.c_float(scale),
+                                                    ctypes.c_void_p(_tensors.current_stream(q.device) or None))
+        if status != _capi.OK:
+            raise RuntimeError((lib.xstage_last_error() or b"").decode())
+        return keep
+
+    return call
+
+
+def fa4_call(q, k, v):
+    """FlashAttention-4 (flash_attn.cute) on [batch, M, heads, d] copies of q, k, v."""
+    from flash_attn.cute.interface import flash_attn_func
+
+    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return lambda: flash_attn_func(qb, kb, vb, causal=False)
+
+
+def parse_shapes(text):
+    """`dit` or `B,M,H,d;B,M,H,d...` -> [(name, (B, M, H, d))]."""
+    if text == "dit":
+        return list(DIT_SHAPES.items())
+    shapes = []
+    for item in text.split(";"):
+        dims = ints(item)
+        if len(dims) != 4 or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not B,M,H,d with positive sizes")
+        shapes.append(("x".join(map(str, dims)), tuple(dims)))
+    return shapes
+
+
+def markdown_table(points, backends):
+    """TFLOP/s per shape (rows) and backend (columns, in the order run), each with its ratio to the first backend
+    timed in the same turns, and the geometric mean of those ratios."""
+    shapes = list(dict.fromkeys(p["shape"] for p in points))
+    tflops = {(p["shape"], p["backend"]): p.get("tflops") for p in points}
+    base = backends[0]
+    lines = [f"TFLOP/s, timed in turn (ratio to {base} in the same turns)", "",
+             "| shape [B, M, H, d] | " + " | ".join(backends) + " |", "|---|" + "---:|" * len(backends)]
+    logs = {b: [] for b in backends}
+    for shape in shapes:
+        t0 = tflops.get((shape, base))
+        cells = []
+        for b in backends:
+            t = tflops.get((shape, b))
+            if t is None:
+                cells.append("error")
+                continue
+            cells.append(f"{t:.0f}" + (f" ({t / t0:.3f})" if b != base and t0 else ""))
+            if t0:
+                logs[b].append(math.log(t / t0))
+        dims = next(p for p in points if p["shape"] == shape)
+        label = f"{shape} [{dims['batch']}, {dims['seqlen']}, {dims['heads']}, {dims['head_dim']}]"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(f"| geomean vs {base} | " + " | ".join(f"{math.exp(sum(v) / len(v)):.3f}" if v else "" for v in logs.values()) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -61,62 +158,99 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup-ms", type=float, default=200.0)
-    ap.add_argument("--backends", default="cudnn,xstage", help="comma-separated: cudnn, flash, xstage (in turn: compare two at a time)")
+    ap.add_argument("--shapes", type=parse_shapes, default=None,
+                    help="'dit' or 'B,M,H,d;...' instead of the grid of --head-dims, --heads, --seqlens, --batch")
+    ap.add_argument("--backends", default="cudnn,xstage",
+                    help="comma-separated: cudnn, flash, fa4, xstage, xstage:NAME (a --xstage-lib), taking turns")
+    ap.add_argument("--xstage-lib", action="append", default=[], metavar="NAME=PATH",
+                    help="another build of libxstage_c.so, timed as backend xstage:NAME (repeatable)")
+    ap.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                    help="graph: each timing replays a CUDA graph of the calls; eager: back-to-back eager calls")
     ap.add_argument("--json", default="")
+    ap.add_argument("--markdown", default="", help="also write the table of markdown_table() here")
     args = ap.parse_args()
-    unknown = [b for b in args.backends.split(",") if b not in (*BACKENDS, "xstage")]
+    libs = {}
+    for item in args.xstage_lib:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--xstage-lib: '{item}' is not NAME=PATH")
+        libs[f"xstage:{name}"] = path
+    known = (*BACKENDS, "fa4", "xstage", *libs)
+    unknown = [b for b in args.backends.split(",") if b not in known]
     if unknown:
-        ap.error(f"--backends: unknown {', '.join(unknown)} (choose from cudnn, flash, xstage)")
+        ap.error(f"--backends: unknown {', '.join(unknown)} (choose from {', '.join(known)})")
+    if libs and args.timing == "graph":
+        ap.error("--xstage-lib needs --timing eager (a second copy of the library crashed under CUDA-graph replay)")
+    libs = {name: load_xstage_library(path) for name, path in libs.items()}
+    if args.shapes is None:
+        args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d))
+                       for d in args.head_dims for h in args.heads for m in args.seqlens]
+
+    def make_call(name, q, k, v):
+        if name == "xstage":
+            return xstage_call(q, k, v)
+        if name in libs:
+            return xstage_call(q, k, v, libs[name])
+        if name == "fa4":
+            return fa4_call(q, k, v)
+        return sdpa_call(BACKENDS[name], q, k, v)
 
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}")
-    print(f"{'backend':>7} {'d':>5} {'heads':>6} {'M':>7} {'time_ms':>12} {'TFLOP/s':>10}")
+    print(f"{'backend':>14} {'shape':>22} {'time_ms':>12} {'TFLOP/s':>10}")
     points = []
     first = True
-    for d in args.head_dims:
-        for h in args.heads:
-            for m in args.seqlens:
-                gen = torch.Generator(device=dev).manual_seed(1234)
-                shape = (args.batch, h, m, d)
-                q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32).mul_(2).sub_(1)
-                           .to(torch.bfloat16) for _ in range(3))
-                flops = 4.0 * m * m * d * h * args.batch
-                units, records = {}, {}
-                for name in args.backends.split(","):
-                    rec = {"backend": name, "head_dim": d, "heads": h, "seqlen": m, "batch": args.batch}
-                    records[name] = rec
-                    try:
-                        fn = xstage_call(q, k, v) if name == "xstage" else sdpa_call(BACKENDS[name], q, k, v)
-                        warm_up(fn, 1000.0 if first else args.warmup_ms)
-                        first = False
-                        inner = calls_per_timing(fn)
-                        units[name] = (captured(fn, inner), inner)
-                    except Exception as e:  # a backend that refuses a shape is recorded, not fatal
-                        rec["error"] = str(e).splitlines()[0][:300]
-                        print(f"{name:>7} {d:>5} {h:>6} {m:>7}  error: {rec['error']}", flush=True)
-                timed = time_in_turn({name: graph.replay for name, (graph, _) in units.items()}, args.reps)
-                for name, timings in timed.items():
-                    times = [t / units[name][1] for t in timings.ms]
-                    t = statistics.median(times)
-                    records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
-                                         times_ms=times)
-                    print(f"{name:>7} {d:>5} {h:>6} {m:>7} {t:>12.4f} {records[name]['tflops']:>10.1f}", flush=True)
-                points.extend(records.values())
-                del q, k, v
-                torch.cuda.empty_cache()
+    for label, (b, m, h, d) in args.shapes:
+        gen = torch.Generator(device=dev).manual_seed(1234)
+        shape = (b, h, m, d)
+        q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32).mul_(2).sub_(1)
+                   .to(torch.bfloat16) for _ in range(3))
+        flops = 4.0 * m * m * d * h * b
+        units, records = {}, {}
+        for name in args.backends.split(","):
+            rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "batch": b}
+            records[name] = rec
+            try:
+                fn = make_call(name, q, k, v)
+                warm_up(fn, 1000.0 if first else args.warmup_ms)
+                first = False
+                inner = calls_per_timing(fn)
+                units[name] = (captured(fn, inner).replay if args.timing == "graph" else repeat(fn, inner), inner)
+            except Exception as e:  # a backend that refuses a shape is recorded, not fatal
+                rec["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+                print(f"{name:>14} {label:>22}  error: {rec['error']}", flush=True)
+        timed = time_in_turn({name: unit for name, (unit, _) in units.items()}, args.reps)
+        for name, timings in timed.items():
+            times = [t / units[name][1] for t in timings.ms]
+            t = statistics.median(times)
+            records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
+                                 times_ms=times)
+            print(f"{name:>14} {label:>22} {t:>12.4f} {records[name]['tflops']:>10.1f}", flush=True)
+        points.extend(records.values())
+        del q, k, v, units
+        torch.cuda.empty_cache()
     doc = {
         "command": " ".join(sys.argv),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": {"name": props.name, "sm_count": props.multi_processor_count},
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
+        "xstage_libs": dict(item.partition("=")[::2] for item in args.xstage_lib),
         "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
         "protocol": "per point the backends take turns rep by rep (order rotated); each timing one replay of a CUDA "
-                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call",
+                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call"
+                    if args.timing == "graph" else
+                    "per point the backends take turns rep by rep (order rotated); each timing back-to-back eager calls "
+                    "filling >= 2 ms, after an untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "points": points,
     }
+    table = markdown_table(points, args.backends.split(","))
+    print("\n" + table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

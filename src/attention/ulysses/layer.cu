@@ -8,6 +8,7 @@
 #include "comm/device/bounded_wait.cuh"
 #include "comm/device/call_epoch.cuh"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/nccl_check.hpp"
@@ -15,8 +16,9 @@
 namespace xstage::attention {
 namespace {
 
+// Grid-stride copies: a few blocks per SM.
 constexpr int kCopyThreads = 256;
-constexpr int kCopyBlocks = 132 * 4;
+int copy_blocks() { return current_device_facts().sm_count * 4; }
 
 // dst row (i0, i1) <- src row (i0, i1), `row_pieces` 16-byte pieces each, rows at the given strides (in 16-byte
 // pieces): every layout change of the layer is one of these (split/merge heads, split/merge sequence).
@@ -34,7 +36,7 @@ __global__ void strided_row_copy_kernel(const uint4* src, uint4* dst, int n0, in
 void strided_row_copy(const void* src, void* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1, std::int64_t dst_s0,
                       std::int64_t dst_s1, std::int64_t row_bytes, cudaStream_t stream) {
   const std::int64_t p = 16;
-  launch_kernel(strided_row_copy_kernel, kCopyBlocks, kCopyThreads, 0, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
+  launch_kernel(strided_row_copy_kernel, copy_blocks(), kCopyThreads, 0, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
                 n1, src_s0 / p, src_s1 / p, dst_s0 / p, dst_s1 / p, static_cast<int>(row_bytes / p));
 }
 
@@ -261,7 +263,7 @@ void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, 
   const std::int64_t half_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.shard_rows() * shape_.heads * shape_.head_dim * 2;
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     XSTAGE_REQUIRE(views[i].out != nullptr, "Ulysses attention: the output must not be null");
-    launch_kernel(copy_out_kernel, kCopyBlocks, kCopyThreads, 0, stream, static_cast<const uint4*>(ranks_[i]->window),
+    launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, stream, static_cast<const uint4*>(ranks_[i]->window),
                   static_cast<uint4*>(views[i].out), half_bytes / 16, ranks_[i]->state.epoch_view());
   }
 }

@@ -7,6 +7,7 @@
 
 #include "common/cublas_check.hpp"
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/nccl_check.hpp"
 #include "common/bf16x8.cuh"
 #include "moe/baseline/fp8_expert_rows.hpp"
@@ -283,10 +284,7 @@ void UnfusedMoeLayer::fp8_gemm(const std::uint8_t* W, const float* W_scales, int
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(cublas_lt_, fp8_desc_, g.a, g.b, g.d, g.d, fp8_pref_, 1, &result, &found);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-      int device = 0, major = 0, minor = 0;
-      XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-      XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      const DeviceFacts& device = current_device_facts();
       cublasLtMatrixLayoutDestroy(g.a);
       cublasLtMatrixLayoutDestroy(g.b);
       cublasLtMatrixLayoutDestroy(g.d);
@@ -296,7 +294,7 @@ void UnfusedMoeLayer::fp8_gemm(const std::uint8_t* W, const float* W_scales, int
                   "]^T (A scales BLK128x128_32F, B scales VEC128_32F, TN, bf16 out): heuristic status " +
                   cublasGetStatusName(st) + ", " + std::to_string(found) +
                   " algorithm(s). These scale modes need a Hopper GPU (sm_90) and cuBLAS >= 12.9; this is sm_" +
-                  std::to_string(major) + std::to_string(minor) + " with cuBLASLt " +
+                  std::to_string(device.cc_major) + std::to_string(device.cc_minor) + " with cuBLASLt " +
                   std::to_string(cublasLtGetVersion()));
     }
     g.algo = result.algo;

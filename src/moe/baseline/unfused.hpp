@@ -39,7 +39,8 @@
 
 #include "moe/baseline/alltoall_plan.hpp"
 #include "moe/baseline/fp8_expert_rows.hpp"
-#include "moe/harness/layer.hpp"
+#include "common/device_buffer.hpp"
+#include "moe/layer.hpp"
 
 namespace xstage::moe {
 
@@ -61,7 +62,6 @@ class UnfusedMoeLayer final : public MoeLayerImpl {
   // Synchronises the host once per call: the exchanged counts decide the all-to-all-v sizes.
   void enqueue(const MoeLayerViews& views, cudaStream_t stream) override;
   std::string name() const override;
-  const AllToAllPlan& last_plan() const { return plan_; }
 
  private:
   // One cuBLASLt block-scaled fp8 GEMM shape: its matrix layouts and the algorithm the heuristic chose.

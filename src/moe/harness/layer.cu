@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/cuda_check.hpp"
+#include "common/device_facts.hpp"
 #include "common/error.hpp"
 #include "moe/fp8/fp8.hpp"
 #include "moe/problem/layout.hpp"
@@ -55,16 +56,18 @@ __global__ void fill_w2_kernel(__nv_bfloat16* w, std::uint64_t seed, std::int64_
 float w1_scale(const MoeProblem& pr) { return 1.0f / std::sqrt(static_cast<float>(pr.h_hidden)); }
 float w2_scale(const MoeProblem& pr) { return 1.0f / std::sqrt(static_cast<float>(pr.h_inter)); }
 
-constexpr int kFillBlocks = 132 * 8, kFillThreads = 256;
+// Grid-stride fills: a few blocks per SM.
+int fill_blocks() { return current_device_facts().sm_count * 8; }
+constexpr int kFillThreads = 256;
 
 // Rank `rank`'s experts' bf16 weights: W1 [E_local][2·h_inter][h] in stored (tile-interleaved) order, W2
 // [E_local][h][h_inter].
 void fill_weights(const MoeProblem& pr, int rank, std::uint64_t seed, DeviceBuffer& W1, DeviceBuffer& W2,
                   cudaStream_t stream) {
   const std::int64_t h = pr.h_hidden, I = pr.h_inter, EL = pr.E_local();
-  launch_kernel(fill_w1_kernel, kFillBlocks, kFillThreads, 0, stream, W1.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0),
+  launch_kernel(fill_w1_kernel, fill_blocks(), kFillThreads, 0, stream, W1.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0),
                                                           pr.E_local(), pr.h_hidden, pr.h_inter, pr.b_n, w1_scale(pr));
-  launch_kernel(fill_w2_kernel, kFillBlocks, kFillThreads, 0, stream, W2.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0) * h * I,
+  launch_kernel(fill_w2_kernel, fill_blocks(), kFillThreads, 0, stream, W2.get<__nv_bfloat16>(), seed, pr.global_expert(rank, 0) * h * I,
                                                           EL * h * I, w2_scale(pr));
 }
 
@@ -82,7 +85,7 @@ LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& d
   in.tokens_bf16 = DeviceBuffer(T * h * 2);
   in.topk_ids = DeviceBuffer(T * k * 4);
   in.topk_weights = DeviceBuffer(T * k * 4);
-  launch_kernel(fill_tokens_kernel, kFillBlocks, kFillThreads, 0, stream, in.tokens_bf16.get<__nv_bfloat16>(), data.seed,
+  launch_kernel(fill_tokens_kernel, fill_blocks(), kFillThreads, 0, stream, in.tokens_bf16.get<__nv_bfloat16>(), data.seed,
                                                               rank * T * h, T * h);
   if (pr.dtype == DType::bf16) {
     in.W1 = DeviceBuffer(EL * 2 * I * h * 2);

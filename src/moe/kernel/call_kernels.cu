@@ -1,7 +1,10 @@
 #include "moe/kernel/call_kernels.hpp"
 
+#include <atomic>
+
 #include "comm/device/bounded_wait.cuh"
 #include "comm/device/call_epoch.cuh"
+#include "common/cuda_check.hpp"
 #include "common/launch.cuh"
 #include "moe/kernel/status.hpp"
 
@@ -16,14 +19,36 @@ __global__ void prologue_kernel(char* local, EpochFlags flags, int rank, int P, 
                              static_cast<int>(MoeWait::peer_finished), peer);
 }
 
+// A dropped pair: its combine row zeroed (no owner stores it this call, and the reduction sums every j: the
+// pair adds nothing to its token's output), counted, and the first one after the host re-armed the sample kept.
+// Safe before this call's main kernel: no owner stores into this rank's combine rows before it publishes
+// send_ready there.
+__device__ void drop_pair(char* local, const CombineBuffer& combine, int h_hidden_16B, RouterInputReport* r,
+                          std::uint32_t* counter, MoeWait what, int token, int j, std::int32_t expert, int E,
+                          std::uint32_t epoch) {
+  uint4* row = reinterpret_cast<uint4*>(local + combine.row_offset(token, j));
+  for (int c = 0; c < h_hidden_16B; ++c) row[c] = make_uint4(0u, 0u, 0u, 0u);
+  atomicAdd_system(counter, 1u);
+  if (atomicCAS_system(&r->claimed, 0u, 1u) != 0u) return;
+  volatile RouterInputReport* v = r;
+  v->what = static_cast<std::int32_t>(what);
+  v->token = token;
+  v->expert = expert;
+  v->E = E;
+  v->epoch = epoch;
+  __threadfence_system();
+  v->sampled = 1u;
+}
+
 // Block e lists this rank's pairs t·k + j with ids[t][j] == e in token order (a stable compaction: ballots
 // within a warp, warp totals across the block), and stores their count. Block 0 also checks every token's
-// ids: one outside [0, E) matches no block and one repeated in a token's top-k is listed once, so the lists
-// stay consistent (the owners and this rank's reduction agree on what is stored) and the call completes; the
-// record says which token and which id.
+// ids: one outside [0, E) matches no block, and of an expert repeated in a token's top-k only the first j is
+// listed, so the lists stay consistent (the owners and this rank's reduction agree on what is stored) and the
+// call completes; the other pairs are dropped.
 constexpr int kRouteThreads = 256;
-__global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const std::int32_t* ids, int tokens, int k, int E, char* local, SendLists send, comm::WaitContext wait) {
+__global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t* ids, int tokens, int k, int E, int h_hidden_16B,
+                                                              char* local, SendLists send, CombineBuffer combine,
+                                                              RouterInputReport* report, comm::CallEpochView calls) {
   __shared__ int warp_total[kRouteThreads / 32];
   const int e = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (e == 0)
@@ -31,13 +56,16 @@ __global__ void __launch_bounds__(kRouteThreads)
       for (int j = 0; j < k; ++j) {
         const std::int32_t id = ids[static_cast<std::int64_t>(t) * k + j];
         if (id < 0 || id >= E) {
-          comm::device_record(wait, static_cast<int>(MoeWait::expert_out_of_range), t, static_cast<std::uint32_t>(id),
-                              static_cast<std::uint32_t>(E));
+          drop_pair(local, combine, h_hidden_16B, report, &report->out_of_range, MoeWait::expert_out_of_range, t, j, id, E,
+                    comm::current_call(calls));
           continue;
         }
         for (int j2 = 0; j2 < j; ++j2)
-          if (ids[static_cast<std::int64_t>(t) * k + j2] == id)
-            comm::device_record(wait, static_cast<int>(MoeWait::duplicate_expert), t, static_cast<std::uint32_t>(id), 0u);
+          if (ids[static_cast<std::int64_t>(t) * k + j2] == id) {
+            drop_pair(local, combine, h_hidden_16B, report, &report->repeated, MoeWait::duplicate_expert, t, j, id, E,
+                      comm::current_call(calls));
+            break;
+          }
       }
   int* list = reinterpret_cast<int*>(local + send.pair_offset(e, 0));
   int base = 0;
@@ -45,7 +73,7 @@ __global__ void __launch_bounds__(kRouteThreads)
     const int t = t0 + threadIdx.x;
     int hit = -1;
     if (t < tokens)
-      for (int j = 0; j < k; ++j)
+      for (int j = 0; j < k && hit < 0; ++j)
         if (ids[static_cast<std::int64_t>(t) * k + j] == e) hit = j;
     const unsigned mask = __ballot_sync(0xffffffffu, hit >= 0);
     if (lane == 0) warp_total[warp] = __popc(mask);
@@ -69,9 +97,47 @@ void enqueue_prologue(char* local, const EpochFlags& flags, int rank, int P, con
   launch_kernel(prologue_kernel, 1, kMaxEpRanks, 0, stream, local, flags, rank, P, wait, calls);
 }
 
-void enqueue_route(const std::int32_t* topk_ids, int tokens, const MoeProblem& pr, char* local, const SendLists& send,
-                   const comm::WaitContext& wait, cudaStream_t stream) {
-  launch_kernel(route_kernel, pr.E_experts, kRouteThreads, 0, stream, topk_ids, tokens, pr.top_k, pr.E_experts, local, send, wait);
+void enqueue_route(const std::int32_t* topk_ids, int tokens, const MoeProblem& pr, char* local, const SymmetricWindow& window,
+                   RouterInputReport* report, const comm::CallEpochView& calls, cudaStream_t stream) {
+  const int h_hidden_16B = static_cast<int>(window.combine.row_pitch_bytes / 16);
+  launch_kernel(route_kernel, pr.E_experts, kRouteThreads, 0, stream, topk_ids, tokens, pr.top_k, pr.E_experts, h_hidden_16B, local,
+                window.send, window.combine, report, calls);
+}
+
+RouterInputMonitor::RouterInputMonitor(int rank) : rank_(rank) {
+  XSTAGE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_), sizeof(RouterInputReport), cudaHostAllocMapped));
+  *host_ = RouterInputReport{};
+  XSTAGE_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+}
+
+RouterInputMonitor::~RouterInputMonitor() {
+  if (host_) cudaFreeHost(host_);
+}
+
+std::optional<std::string> RouterInputMonitor::take() {
+  // The device writes the report over the bus while the host reads it: field by field, through volatile.
+  volatile RouterInputReport* v = host_;
+  const std::uint32_t out_of_range = v->out_of_range, repeated = v->repeated;
+  if (out_of_range == taken_out_of_range_ && repeated == taken_repeated_) return std::nullopt;
+  std::optional<RouterInputReport> first;
+  if (v->sampled) {
+    first = RouterInputReport{};
+    first->what = v->what;
+    first->token = v->token;
+    first->expert = v->expert;
+    first->E = v->E;
+    first->epoch = v->epoch;
+  }
+  const std::string message = describe_dropped_router_ids(rank_, out_of_range - taken_out_of_range_,
+                                                          repeated - taken_repeated_, first ? &*first : nullptr);
+  taken_out_of_range_ = out_of_range;
+  taken_repeated_ = repeated;
+  // Re-arm: a pair dropped from now on takes the sample (one dropped while this runs may go unsampled; it is
+  // still counted).
+  v->sampled = 0u;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  v->claimed = 0u;
+  return message;
 }
 
 }  // namespace xstage::moe

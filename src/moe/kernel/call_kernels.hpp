@@ -2,15 +2,21 @@
 //   prologue   waits (bounded) until every peer has finished reading this rank's data of the previous call
 //              (its peer_finished flag), so this call may overwrite the tokens and send lists;
 //   route      per expert, the count and token-ordered list of this rank's (token, k) pairs (the owners pull
-//              them), checking the router's ids on the way: an id outside [0, E) or an expert repeated in a
-//              token's top-k is dropped and reported (poll() names the token and the id), never a timeout.
+//              them), checking the router's ids on the way: a pair with an id outside [0, E), or repeating an
+//              expert of an earlier pair of its token, is dropped (it adds nothing to the token's output) and
+//              counted in the layer's RouterInputReport (kernel/status.hpp), never a timeout and never the end of
+//              the layer;
+// and the host's side of that report.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "comm/device_status.hpp"
+#include "moe/kernel/status.hpp"
 #include "moe/problem/layout.hpp"
 #include "moe/problem/problem.hpp"
 
@@ -19,7 +25,29 @@ namespace xstage::moe {
 void enqueue_prologue(char* local, const EpochFlags& flags, int rank, int P, const comm::WaitContext& wait,
                       const comm::CallEpochView& calls, cudaStream_t stream);
 
-void enqueue_route(const std::int32_t* topk_ids, int tokens, const MoeProblem& problem, char* local, const SendLists& send,
-                   const comm::WaitContext& wait, cudaStream_t stream);
+void enqueue_route(const std::int32_t* topk_ids, int tokens, const MoeProblem& problem, char* local, const SymmetricWindow& window,
+                   RouterInputReport* report, const comm::CallEpochView& calls, cudaStream_t stream);
+
+// One layer's RouterInputReport in host-mapped memory: the route kernel writes it, the host reads it without
+// synchronising.
+class RouterInputMonitor {
+ public:
+  explicit RouterInputMonitor(int rank);
+  ~RouterInputMonitor();
+  RouterInputMonitor(const RouterInputMonitor&) = delete;
+  RouterInputMonitor& operator=(const RouterInputMonitor&) = delete;
+
+  // The report as the route kernel addresses it.
+  RouterInputReport* device() const { return device_; }
+  // Non-blocking: describe_dropped_router_ids for the pairs dropped since the last take() (nullopt if none),
+  // after which the sample is re-armed for the next ones.
+  std::optional<std::string> take();
+
+ private:
+  int rank_;
+  RouterInputReport* host_ = nullptr;
+  RouterInputReport* device_ = nullptr;
+  std::uint32_t taken_out_of_range_ = 0, taken_repeated_ = 0;
+};
 
 }  // namespace xstage::moe

@@ -1,6 +1,7 @@
 // The one place that decides the MegaMoE kernel's tile shapes, pipeline depth, warp roles, register split,
 // shared-memory layouts and TMA copy types, per configuration (bf16 or fp8 W8A8, b_n, CTA pairs along N or
-// M, a half-full last Linear-2 block). Every other kernel header takes a Config `C` and reads it from here.
+// M, a half-full last Linear-2 block; the built ones are listed in kernel/configs.hpp). Every other kernel
+// header takes a Config `C` and reads it from here.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "moe/kernel/launch.hpp"
+#include "moe/kernel/configs.hpp"
 #include "moe/schedule/scheduler.hpp"
 
 namespace xstage::moe {
@@ -139,7 +140,21 @@ struct MegaMoeConfig {
                                            cute::take<0, 2>(SmemLayoutB{}), TileShapeB{}, cute::_1{})), NoTma>;
 };
 
-template <bool kHalfL2, int kClusterN = 1, int kClusterM = 1>
-using MegaMoeFp8Config = MegaMoeConfig<256, cute::float_e4m3_t, kHalfL2, kClusterN, kClusterM>;
+// The MegaMoeConfig of each built configuration (kernel/configs.hpp's columns).
+template <DType>
+struct ElementOf;
+template <>
+struct ElementOf<DType::bf16> {
+  using type = cute::bfloat16_t;
+};
+template <>
+struct ElementOf<DType::fp8_e4m3> {
+  using type = cute::float_e4m3_t;
+};
+template <MegaMoeConfigId kId>
+struct MegaMoeConfigFor {
+  static constexpr MegaMoeConfigSpec kSpec = spec_of(kId);
+  using type = MegaMoeConfig<kSpec.b_n, typename ElementOf<kSpec.dtype>::type, kSpec.half_l2, kSpec.cluster_n, kSpec.cluster_m>;
+};
 
 }  // namespace xstage::moe

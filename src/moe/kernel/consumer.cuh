@@ -17,7 +17,7 @@ namespace xstage::moe {
 template <class Schedule, class C>
 __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline, int tid) {
   using namespace cute;
-  const MoeProblem& pr = prm.pr;
+  const MoeProblem& pr = prm.problem;
   Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutBMma{});
   typename C::TiledMma mma;
@@ -100,8 +100,8 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
   // This CTA's tiles of each stage into the call's tally (kept out of the statistics policy on purpose: two
   // atomics per CTA cost nothing, and without them ptxas spilled 174 bytes instead of 4 in the fp8 kernels).
   if (tid == 0) {
-    atomicAdd(at<std::uint32_t>(prm.local, prm.win.counters.l1_tiles_run()), static_cast<std::uint32_t>(l1_tiles));
-    atomicAdd(at<std::uint32_t>(prm.local, prm.win.counters.l2_tiles_run()), static_cast<std::uint32_t>(j));
+    atomicAdd(at<std::uint32_t>(prm.local, prm.window.counters.l1_tiles_run()), static_cast<std::uint32_t>(l1_tiles));
+    atomicAdd(at<std::uint32_t>(prm.local, prm.window.counters.l2_tiles_run()), static_cast<std::uint32_t>(j));
   }
   if constexpr (kMoeStats) {
     if (tid == 0) {

@@ -18,8 +18,8 @@ namespace xstage::moe {
 // warp copies one row at a time, kDispatchChunks × 16 bytes in flight per lane (fp8: and the row's scales).
 template <class C>
 __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedStorage<C>& smem, int dw) {
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
   constexpr int kWarpRows = kDispatchUnitRows / C::kDispatchWarps;
   const int units_per_row = pr.b_m / kDispatchUnitRows;

@@ -22,8 +22,8 @@ template <class C, class Acc, class Coords>
 __device__ __forceinline__ void l1_epilogue(const MegaMoeParams<C>& prm, const Tile& t, int cta_row0, Acc& acc, const Coords& tCcC,
                                             int r0, int tid) {
   using namespace cute;
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   constexpr int kAcc = decltype(size(acc))::value;
   if constexpr (!C::kFp8) {
     // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.

@@ -1,19 +1,20 @@
-// The body of launch_megamoe for one Config, included by the per-configuration translation units only:
-// TMA descriptors for the window's operands and the weights, the kernel's shared-memory opt-in (once per
-// device), and the cooperative cluster launch.
+// The body of launch_megamoe<kId>, included by the per-configuration translation units only: TMA descriptors
+// for the window's operands and the weights, the kernel's shared-memory opt-in (once per device), and the
+// cooperative cluster launch through launch_kernel.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
 
-#include "common/cuda_check.hpp"
-#include "common/error.hpp"
+#include "common/device_facts.hpp"
+#include "common/launch.cuh"
 #include "moe/kernel/launch.hpp"
 #include "moe/kernel/megamoe_kernel.cuh"
 
-namespace xstage::moe::detail {
+namespace xstage::moe {
+namespace detail {
 
 // A TMA copy of a row-major [rows][K] operand, split over `Multicast` CTAs (each loads its share of the box).
 template <class Element, class Tma, class SmemLayout, class TileShape, class Op = cute::SM90_TMA_LOAD, int Multicast = 1>
@@ -27,24 +28,10 @@ Tma make_tma(const void* base, std::int64_t rows, int K) {
 
 template <class C>
 MegaMoeParams<C> make_params(const MegaMoeLaunch& l) {
+  MegaMoeParams<C> prm;
+  static_cast<MegaMoeLaunch&>(prm) = l;
   const MoeProblem& pr = l.problem;
   const SymmetricWindow& window = l.window;
-  MegaMoeParams<C> prm;
-  prm.pr = pr;
-  prm.win = window;
-  prm.local = l.local;
-  for (int r = 0; r < pr.P_ranks; ++r) prm.peer[r] = l.peer[r];
-  prm.rank = l.rank;
-  prm.tokens = l.tokens;
-  prm.D_rows = l.D_rows;
-  prm.wave_experts = l.wave_experts;
-  prm.wave_lag = l.wave_lag;
-  prm.topk_weights = l.topk_weights;
-  prm.out = static_cast<__nv_bfloat16*>(l.out);
-  prm.wait = l.wait;
-  prm.calls = l.calls;
-  prm.stats = l.stats;
-  prm.trace = l.trace;
   const int EL = pr.E_local(), h = pr.h_hidden, I = pr.h_inter;
   using TmaA = typename C::TmaLoadA;
   using TmaB = typename C::TmaLoadB;
@@ -77,54 +64,32 @@ MegaMoeParams<C> make_params(const MegaMoeLaunch& l) {
     prm.tma_b1_whole = make_tma<E, BW, LayoutB, typename C::TileShapeB>(l.W1, static_cast<std::int64_t>(EL) * 2 * I, h);
     prm.tma_b2_whole = make_tma<E, BW, LayoutB, typename C::TileShapeB>(l.W2, static_cast<std::int64_t>(EL) * h, I);
   }
-  if constexpr (C::kFp8) {
-    // quantize.hpp's weight-scale layout, local experts stacked (layer.hpp): pitch round_up(K/128, 4).
-    XSTAGE_REQUIRE(l.W1_scales != nullptr && l.W2_scales != nullptr, "MegaMoE fp8: the weights come without their scales");
-    prm.w1_scales = l.W1_scales;
-    prm.w2_scales = l.W2_scales;
+  if constexpr (C::kFp8) {  // quantize.hpp's weight-scale layout, local experts stacked (moe/layer.hpp)
     prm.w1_scale_pitch = static_cast<int>(round_up(h / kScaleBlock, 4));
     prm.w2_scale_pitch = static_cast<int>(round_up(I / kScaleBlock, 4));
   }
   return prm;
 }
 
+// Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the launch
+// fails with a clear error instead of hanging if they cannot be. CTA pairs as 2 × 1 × 1 clusters.
 template <class Schedule, class C>
-void launch_kernel_of(const MegaMoeParams<C>& prm, int grid, cudaStream_t stream) {
-  auto kernel = &megamoe_kernel<Schedule, C>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(MegaMoeSharedStorage<C>));
-  // The shared-memory opt-in is per device and kernel; done once per device.
-  static std::atomic<std::uint64_t> opted_in_devices{0};
-  int device = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = std::uint64_t(1) << (device % 64);
-  if ((opted_in_devices.load(std::memory_order_acquire) & bit) == 0) {
-    XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    opted_in_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  // Cooperative launch: every CTA must be resident at once (they wait on each other's counters); the
-  // launch fails with a clear error instead of hanging if they cannot be. CTA pairs as 2 × 1 × 1 clusters.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeCooperative;
-  attrs[0].val.cooperative = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = C::kClusterSize;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = 1;
-  config.attrs = attrs;
-  config.numAttrs = C::kClusterSize > 1 ? 2 : 1;
-  XSTAGE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, prm));
+void launch_schedule(const MegaMoeParams<C>& prm, cudaStream_t stream) {
+  const auto kernel = &megamoe_kernel<Schedule, C>;
+  constexpr std::size_t smem_bytes = sizeof(MegaMoeSharedStorage<C>);
+  static SharedMemoryOptIn opt_in;
+  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
+  launch_kernel(kernel, prm.grid, C::kThreads, smem_bytes, LaunchOptions{C::kClusterSize, true}, stream, prm);
 }
 
-template <class C>
-void launch_megamoe_config(const MegaMoeLaunch& l, cudaStream_t stream) {
-  const MegaMoeParams<C> prm = make_params<C>(l);
-  if (l.schedule == MoeScheduleKind::interleaved) launch_kernel_of<InterleavedSchedule>(prm, l.grid, stream);
-  else launch_kernel_of<ExpertWaveSchedule>(prm, l.grid, stream);
+}  // namespace detail
+
+template <MegaMoeConfigId kId>
+void launch_megamoe(const MegaMoeLaunch& l, cudaStream_t stream) {
+  using C = typename MegaMoeConfigFor<kId>::type;
+  const MegaMoeParams<C> prm = detail::make_params<C>(l);
+  if (l.schedule == MoeScheduleKind::interleaved) detail::launch_schedule<InterleavedSchedule>(prm, stream);
+  else detail::launch_schedule<ExpertWaveSchedule>(prm, stream);
 }
 
-}  // namespace xstage::moe::detail
+}  // namespace xstage::moe

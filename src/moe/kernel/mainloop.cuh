@@ -65,16 +65,16 @@ struct Fp8ScaleSource {
 // The scales of tile t for this thread's rows (cta_row0 + r0 inside the scheduler row).
 template <class C>
 __device__ __forceinline__ Fp8ScaleSource fp8_scale_source(const MegaMoeParams<C>& prm, const Tile& t, int cta_row0, int r0) {
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   return t.stage == Stage::L1
              ? Fp8ScaleSource{at<const float>(prm.local, w.dispatch.scale_offset(static_cast<std::int64_t>(t.row) * pr.b_m + cta_row0 + r0, 0)),
                               w.dispatch.capacity_rows,
-                              prm.w1_scales + static_cast<std::int64_t>(t.expert * pr.P1_l1_n_blocks() + t.n_block) * 2 * prm.w1_scale_pitch,
+                              prm.W1_scales + static_cast<std::int64_t>(t.expert * pr.P1_l1_n_blocks() + t.n_block) * 2 * prm.w1_scale_pitch,
                               prm.w1_scale_pitch, true}
              : Fp8ScaleSource{at<const float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0, 0)),
                               static_cast<std::int64_t>(w.ring.slots) * pr.b_m,
-                              prm.w2_scales + (static_cast<std::int64_t>(t.expert) * (pr.h_hidden / kScaleBlock) + 2 * t.n_block) * prm.w2_scale_pitch,
+                              prm.W2_scales + (static_cast<std::int64_t>(t.expert) * (pr.h_hidden / kScaleBlock) + 2 * t.n_block) * prm.w2_scale_pitch,
                               prm.w2_scale_pitch, !C::kHalfL2 || pr.l2_block_cols(t.n_block) > C::kMmaN};
 }
 

@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   MegaMoeSharedStorage<C>& smem = *reinterpret_cast<MegaMoeSharedStorage<C>*>(smem_raw);
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   const int P = pr.P_ranks, EL = pr.E_local();
 
   // 1. Publish this call (CTA 0) and wait until every source has published its own.

@@ -8,6 +8,7 @@
 
 #include "comm/device_status.hpp"
 #include "moe/kernel/config.hpp"
+#include "moe/kernel/launch.hpp"
 #include "moe/kernel/stats.hpp"
 #include "moe/kernel/status.hpp"
 #include "moe/problem/layout.hpp"
@@ -15,27 +16,12 @@
 
 namespace xstage::moe {
 
+// The launch's values (MegaMoeLaunch, kernel/launch.hpp) as they are, and what the launch derives from them
+// for configuration C: the TMA descriptors of the window's operands and the weights.
 template <class C>
-struct MegaMoeParams {
-  MoeProblem pr;
-  SymmetricWindow win;
-  char* local = nullptr;                  // this rank's window
-  char* peer[kMaxEpRanks] = {};           // every rank's window through LSA (peer[rank] = local)
-  int rank = 0;
-  int tokens = 0;                         // T_s of this rank in this call
-  int D_rows = 1;                         // interleaved: lead of L1 over L2 (rows)
-  int wave_experts = 1;                   // expert-wave: experts per wave
-  int wave_lag = 0;                       // expert-wave: λ, waves of L1 before a wave's L2 (scheduler.hpp)
-  const float* topk_weights = nullptr;    // [T][k]
-  __nv_bfloat16* out = nullptr;           // [T][h]
-  comm::WaitContext wait;                 // every device-side wait's bound and failure record
-  comm::CallEpochView calls;              // the call counter (the epoch of send_ready / peer_finished)
-  MoeKernelStats* stats = nullptr;        // device, zeroed per call; used only when kMoeStats
-  MoeTrace trace;                         // per-tile records; used only when kMoeStats
-  // fp8: the 128×128 block scales of W1 and W2 (quantize.hpp's layout, local experts stacked: block row
-  // e·(N/128) + b of expert e), fp32 [E_local·N/128][pitch]; null for bf16.
-  const float* w1_scales = nullptr;
-  const float* w2_scales = nullptr;
+struct MegaMoeParams : MegaMoeLaunch {
+  // fp8: the row pitch of the 128×128 block scales W1_scales and W2_scales (quantize.hpp's layout, local experts
+  // stacked: block row e·(N/128) + b of expert e), fp32 [E_local·N/128][pitch]; 0 for bf16.
   int w1_scale_pitch = 0, w2_scale_pitch = 0;
   typename C::TmaLoadA tma_a1, tma_a2;  // dispatch, ring
   typename C::TmaLoadB tma_b1;          // W1

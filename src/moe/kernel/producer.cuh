@@ -15,8 +15,8 @@ namespace xstage::moe {
 template <class Schedule, class C>
 __device__ void producer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline) {
   using namespace cute;
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   const int EL = pr.E_local();
   Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename C::SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename C::SmemLayoutB{});

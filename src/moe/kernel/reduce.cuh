@@ -20,7 +20,7 @@ namespace xstage::moe {
 // kRowsInFlight is, so every thread's result is the same.
 template <int kRowsInFlight, class C>
 __device__ void reduce_role(const MegaMoeParams<C>& prm) {
-  const MoeProblem& pr = prm.pr;
+  const MoeProblem& pr = prm.problem;
   const int k = pr.top_k, chunks = pr.h_hidden / 8;
   const std::int64_t items = static_cast<std::int64_t>(prm.tokens) * chunks;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -33,14 +33,14 @@ __device__ void reduce_role(const MegaMoeParams<C>& prm) {
 #pragma unroll
       for (int j = 0; j < kRowsInFlight; ++j)
         if (j0 + j < k) {
-          v[j] = __ldcg(at<const uint4>(prm.local, prm.win.combine.row_offset(t, j0 + j)) + c);
+          v[j] = __ldcg(at<const uint4>(prm.local, prm.window.combine.row_offset(t, j0 + j)) + c);
           wt[j] = prm.topk_weights[static_cast<std::int64_t>(t) * k + j0 + j];
         }
 #pragma unroll
       for (int j = 0; j < kRowsInFlight; ++j)
         if (j0 + j < k) accumulate_bf16x8(sum, wt[j], v[j]);
     }
-    reinterpret_cast<uint4*>(prm.out + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
+    reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(prm.out) + static_cast<std::int64_t>(t) * pr.h_hidden)[c] = pack_bf16x8(sum);
   }
 }
 
@@ -49,7 +49,7 @@ __device__ void reduce_role(const MegaMoeParams<C>& prm) {
 template <class C>
 __device__ __forceinline__ std::uint32_t routed_pairs(const MegaMoeParams<C>& prm) {
   std::uint32_t pairs = 0;
-  for (int e = 0; e < prm.pr.E_experts; ++e) pairs += *at<const std::uint32_t>(prm.local, prm.win.send.count_offset(e));
+  for (int e = 0; e < prm.problem.E_experts; ++e) pairs += *at<const std::uint32_t>(prm.local, prm.window.send.count_offset(e));
   return pairs;
 }
 
@@ -63,8 +63,8 @@ __device__ long long await_combine_then_reduce(const MegaMoeParams<C>& prm, Mega
   else cutlass::arch::NamedBarrier::sync(C::kThreads, kRolesDoneBarrier);
   const long long tail_start = stats_clock();
   if (threadIdx.x == 0 && smem.routing_ok)
-    smem.routing_ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, prm.win.counters.combine_arrived()),
-                                         routed_pairs(prm) * prm.pr.P2_l2_n_blocks(), MoeWait::combine_arrived, -1);
+    smem.routing_ok = wait_counter<true>(prm.wait, at<const std::uint32_t>(prm.local, prm.window.counters.combine_arrived()),
+                                         routed_pairs(prm) * prm.problem.P2_l2_n_blocks(), MoeWait::combine_arrived, -1);
   cutlass::arch::NamedBarrier::sync(C::kThreads, kRolesDoneBarrier);
   if (smem.routing_ok) reduce_role<kRowsInFlight>(prm);  // else the output stays as it was; poll() reports it
   return tail_start;

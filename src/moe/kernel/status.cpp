@@ -34,17 +34,28 @@ std::string describe(const comm::DeviceStatus& st, double timeout_s) {
              ", outside [0, " + std::to_string(st.target) + "); its send lists are corrupt";
     case MoeWait::accumulator_layout:
       return "MegaMoE internal error" + on_rank + ": the wgmma accumulator layout does not pair gate and up columns";
-    case MoeWait::expert_out_of_range:
-      return "MegaMoE bad router input" + on_rank + ": token " + std::to_string(st.index) + " picks expert " +
-             std::to_string(static_cast<std::int32_t>(st.value)) + ", outside [0, " + std::to_string(st.target) +
-             ") (topk_ids must hold global expert ids below E)";
-    case MoeWait::duplicate_expert:
-      return "MegaMoE bad router input" + on_rank + ": token " + std::to_string(st.index) + " picks expert " +
-             std::to_string(st.value) + " more than once in its top-k (each of a token's k choices must differ)";
     default:
       return comm::describe_timeout(st, timeout_s, "MegaMoE", wait_name(what),
                                     what == MoeWait::peer_send_ready || what == MoeWait::peer_finished);
   }
+}
+
+std::string describe_dropped_router_ids(int rank, std::uint32_t out_of_range, std::uint32_t repeated,
+                                        const RouterInputReport* first) {
+  const std::uint64_t pairs = std::uint64_t(out_of_range) + repeated;
+  std::string m = "MegaMoE bad router input on rank " + std::to_string(rank) + ": " + std::to_string(pairs) +
+                  (pairs == 1 ? " (token, expert) pair" : " (token, expert) pairs") + " dropped since the last poll (" +
+                  std::to_string(out_of_range) + " with an expert id outside [0, E), " + std::to_string(repeated) +
+                  " repeating an expert of the same token)";
+  if (first != nullptr) {
+    m += "; the first: token " + std::to_string(first->token) + " picks expert " + std::to_string(first->expert);
+    if (first->what == static_cast<std::int32_t>(MoeWait::expert_out_of_range))
+      m += ", outside [0, " + std::to_string(first->E) + ") (topk_ids must hold global expert ids below E)";
+    else
+      m += " more than once in its top-k (each of a token's k choices must differ)";
+    m += ", in call " + std::to_string(first->epoch);
+  }
+  return m + ". Those pairs add nothing to their tokens' outputs; the layer goes on";
 }
 
 }  // namespace xstage::moe

@@ -15,8 +15,8 @@ namespace xstage::moe {
 // Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
 template <class Schedule, class C>
 __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, int sw) {
-  const MoeProblem& pr = prm.pr;
-  const SymmetricWindow& w = prm.win;
+  const MoeProblem& pr = prm.problem;
+  const SymmetricWindow& w = prm.window;
   const int lane = threadIdx.x % 32, P = pr.P_ranks;
   constexpr int kLanesPerRow = C::kBlockN / 8;      // 16-byte pieces of one staged row: 16 or 32
   constexpr int kRowsPerStep = 32 / kLanesPerRow;   // rows one warp instruction covers: 2 or 1

@@ -12,7 +12,7 @@ using CtaTileWalk = TileWalk<Schedule, C::kClusterN, C::kClusterM>;
 
 template <class Schedule, class C>
 __device__ __forceinline__ Schedule make_device_schedule(const MegaMoeParams<C>& prm, const int* first_row) {
-  return make_cluster_schedule<Schedule, C::kClusterN, C::kClusterM>(prm.pr, first_row, static_cast<int>(gridDim.x), prm.D_rows,
+  return make_cluster_schedule<Schedule, C::kClusterN, C::kClusterM>(prm.problem, first_row, static_cast<int>(gridDim.x), prm.D_rows,
                                                                       prm.wave_experts, prm.wave_lag);
 }
 

@@ -10,6 +10,12 @@ std::string s(long long v) { return std::to_string(v); }
 
 }  // namespace
 
+int default_tile_n(DType dtype, int h, int I) {
+  const bool l1_256 = (2 * I) % 256 == 0;
+  const bool wide = dtype == DType::fp8_e4m3 ? l1_256 && h % 128 == 0 : l1_256 && h % 256 == 0;
+  return wide ? 256 : 128;
+}
+
 void validate(const MoeProblem& p) {
   XSTAGE_REQUIRE(p.P_ranks >= 1, "MoE: P (ranks) must be at least 1 (got " + s(p.P_ranks) + ")");
   XSTAGE_REQUIRE(p.E_experts >= 1, "MoE: E (experts) must be at least 1 (got " + s(p.E_experts) + ")");

@@ -19,7 +19,8 @@
 
 namespace xstage::moe {
 
-// Element type of tokens, weights and the L1 output ring. fp8_e4m3 is W8A8 (per-block scales: later).
+// Element type of tokens, weights and the L1 output ring. fp8_e4m3 is W8A8: 1×128 activation and
+// 128×128 weight block scales (docs/MOE.md, "fp8 W8A8").
 enum class DType : std::uint8_t { bf16, fp8_e4m3 };
 
 XSTAGE_HD constexpr int dtype_bytes(DType t) { return t == DType::bf16 ? 2 : 1; }
@@ -61,6 +62,12 @@ struct MoeProblem {
   // SwiGLU halves each L1 tile: b_n/2 gate and b_n/2 up columns give b_n/2 intermediate columns.
   XSTAGE_HD constexpr int l1_out_cols_per_tile() const { return b_n / 2; }
 };
+
+// The tile width b_n of the fused layer for a shape: 256 (fewer, larger wgmma tiles) where Linear-1's
+// N = 2·h_inter allows it and h is a multiple of 256 (bf16) or of 128 (fp8: the fused fp8 kernel needs
+// 256-wide Linear-1 tiles, and an h that is an odd multiple of 128 leaves each row's last Linear-2 block half
+// full), else 128.
+int default_tile_n(DType dtype, int h_hidden, int h_inter);
 
 // Throws InputError, naming the field and what would be valid, for any shape the kernel cannot run:
 // E not divisible by P, top_k outside [1, E], h or h_inter off the b_n / b_k grid, bad tile sizes.

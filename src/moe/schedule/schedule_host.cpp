@@ -355,7 +355,9 @@ ExpertWaveSchedule make_expert_wave_schedule(const MoeProblem& pr, const int* fi
 // ---------------------------------------------------------------------------------------------
 
 std::string describe(const ScheduleVariant& v) {
-  std::string s = v.interleaved ? "interleaved" : v.wave_lag > 0 ? "pipelined waves" : "expert-wave";
+  std::string s = v.interleaved ? to_string(MoeScheduleKind::interleaved)
+                  : v.wave_lag > 0 ? "pipelined waves"
+                                   : to_string(MoeScheduleKind::expert_wave);
   if (!v.interleaved && v.wave_lag > 1) s += " (lag " + std::to_string(v.wave_lag) + ")";
   if (v.cluster_n == 2) s += " pairs";
   if (v.cluster_m == 2) s += " m-pairs";
@@ -372,19 +374,22 @@ bool variant_applies(const MoeProblem& pr, int K_SM, const ScheduleVariant& v, s
   if (v.wave_lag < 0 || (v.interleaved && v.wave_lag != 0)) return no("the L2 lag is a wave schedule's, >= 0");
   if (v.cluster_n * v.cluster_m == 1) return true;
   const bool half_l2 = pr.h_hidden % pr.b_n != 0;
-  if (half_l2 || K_SM % 2 != 0 || pr.P1_l1_n_blocks() % 2 != 0 || pr.P2_l2_n_blocks() % 2 != 0)
+  if (half_l2 || K_SM % 2 != 0 || pr.P1_l1_n_blocks() % 2 != 0 || pr.P2_l2_n_blocks() % 2 != 0)  // K_SM = 0 passes
     return no("CTA pairs need even Linear-1 and Linear-2 n-block counts (P1 = " + std::to_string(pr.P1_l1_n_blocks()) +
               ", P2 = " + std::to_string(pr.P2_l2_n_blocks()) + "), no half-full block and an even K_SM");
   if (v.cluster_m == 2 && pr.b_n != 256) return no("M-pairs need 128 x 256 tiles");
   return true;
 }
 
+int automatic_cluster_n(const MoeProblem& pr, int K_SM, MoeScheduleKind schedule) {
+  return schedule == MoeScheduleKind::interleaved && variant_applies(pr, K_SM, ScheduleVariant{true, 0, 2, 1}) ? 2 : 1;
+}
+
 std::vector<ScheduleVariant> kernel_variants(const MoeProblem& pr, int K_SM, bool m_pairs) {
   std::vector<ScheduleVariant> out;
-  const bool pairs = variant_applies(pr, K_SM, ScheduleVariant{true, 0, 2, 1});
   out.push_back(ScheduleVariant{false, 0, 1, 1});
   out.push_back(ScheduleVariant{false, 1, 1, 1});
-  out.push_back(ScheduleVariant{true, 0, pairs ? 2 : 1, 1});
+  out.push_back(ScheduleVariant{true, 0, automatic_cluster_n(pr, K_SM, MoeScheduleKind::interleaved), 1});
   if (m_pairs && variant_applies(pr, K_SM, ScheduleVariant{false, 0, 1, 2}))
     for (const ScheduleVariant& v : {ScheduleVariant{false, 0, 1, 2}, ScheduleVariant{false, 1, 1, 2}, ScheduleVariant{true, 0, 1, 2}})
       out.push_back(v);

@@ -14,6 +14,7 @@
 #include "model/burst_gap.hpp"
 #include "model/moe.hpp"
 #include "moe/problem/problem.hpp"
+#include "moe/schedule/schedule_kind.hpp"
 #include "moe/schedule/scheduler.hpp"
 #include "moe/schedule/tile_walk.hpp"
 
@@ -155,12 +156,18 @@ struct ScheduleVariant {
 };
 // "expert-wave", "pipelined waves", "interleaved" + " pairs" / " m-pairs".
 std::string describe(const ScheduleVariant& variant);
-// Whether the kernel is built for it: CTA pairs need even P1, P2 and K_SM and no half-full Linear-2 block,
-// M-pairs also 128 x 256 tiles; not both. When not, `why` (if given) says why.
+// Whether the kernel runs it (the one pairing rule): CTA pairs need even P1, P2 and K_SM and no half-full
+// Linear-2 block, M-pairs also 128 x 256 tiles; not both. K_SM = 0: not known yet (its parity is left out).
+// When not, `why` (if given) says why.
 bool variant_applies(const MoeProblem& problem, int K_SM, const ScheduleVariant& variant, std::string* why = nullptr);
-// The variants `xstage moe bench` measures with FusedMoeLayer's defaults: expert-wave and pipelined waves on
-// single CTAs, interleaved on CTA pairs where the tiles pair up (else single CTAs); with `m_pairs`, the same
-// three on M-pairs (when they apply).
+// CTAs per cluster along N when the caller leaves it open: pairs for the interleaved schedule where they apply,
+// else one. Same-run A/B over the grid (docs/MOE.md, "CTA pairs"): pairs made the interleaved schedule
+// 4-6% faster on the DeepSeek-V3-like shapes and neutral elsewhere (geomean 0.995), but the waves 1-2% and the
+// pipelined waves 2-12% slower: the two CTAs of a pair run in lockstep, so each waits for the other's
+// dependencies as well as its own.
+int automatic_cluster_n(const MoeProblem& problem, int K_SM, MoeScheduleKind schedule);
+// The variants `xstage moe bench` measures with the layer's defaults: expert-wave and pipelined waves on
+// single CTAs, interleaved on automatic_cluster_n; with `m_pairs`, the same three on M-pairs (when they apply).
 std::vector<ScheduleVariant> kernel_variants(const MoeProblem& problem, int K_SM, bool m_pairs);
 
 // Rows per local expert at the balanced load: T·k / E_local each (the remainder spread one row apiece).

@@ -21,7 +21,8 @@ left waiting in a collective the others skipped.
     torch emulation bit for bit;
   - torch.compile(fullgraph=True) against eager; CUDA graph capture and 100 replays on fresh inputs against
     eager; 1000 back-to-back calls of each op (no hang, flat memory); errors on real CUDA tensors, including
-    ones only the C library sees; bad router ids reported by poll().
+    ones only the C library sees; bad router ids dropped, reported by poll() and the layer going on; a layer
+    ended by a timeout rebuilt.
 """
 
 import math
@@ -524,17 +525,72 @@ def test_teardown_and_init_again(comm):
 
 
 @hopper
-def test_bad_router_ids_are_reported_by_poll(comm):
-    """Runs last: the layer that saw bad ids refuses further calls (its ranks' call counts may disagree)."""
+@pytest.mark.parametrize("bad", ["out_of_range", "repeated"])
+def test_bad_router_ids_are_dropped_reported_and_the_layer_goes_on(comm, bad):
+    """One call with a bad router id on every rank: poll() names it (xstage.InputError), the call's other
+    pairs are computed, and the next call of the same cached layer with good ids is correct."""
     E, K, h, inter, T = 16, 2, 1024, 512, 64
     P, r = world()
     w1, w2, x, ids, wts = moe_problem(E, K, h, inter, T, seed=15)
     p = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r))
-    bad = ids.clone()
-    bad[5, 1] = E + 3  # no such expert
-    xstage.moe(x, bad, wts, p.w1, p.w2, max_tokens=T, timeout_s=5.0)  # a layer of its own (timeout)
+    xstage.moe(x, ids, wts, p.w1, p.w2, max_tokens=T)  # the layer, built before the bad call
     torch.cuda.synchronize()
-    with pytest.raises(xstage.PlatformError, match=str(E + 3)):
+    xstage.distributed.poll()
+    layers = len(comm_now().layers())
+    bad_ids = ids.clone()
+    bad_ids[5, 1] = E + 3 if bad == "out_of_range" else bad_ids[5, 0]
+    out = xstage.moe(x, bad_ids, wts, p.w1, p.w2, max_tokens=T)
+    torch.cuda.synchronize()
+    expect = rf"token 5 picks expert {E + 3}, outside \[0, {E}\)" if bad == "out_of_range" else "more than once"
+    with pytest.raises(xstage.InputError, match=expect) as info:
         xstage.distributed.poll()
-    with pytest.raises(xstage.PlatformError, match="an earlier call of this layer failed"):
-        xstage.moe(x, ids, wts, p.w1, p.w2, max_tokens=T, timeout_s=5.0)
+    assert "1 (token, expert) pair dropped" in str(info.value) and "the layer goes on" in str(info.value)
+    xstage.distributed.poll()  # reported once
+    # The dropped pair adds nothing: token 5 gets its first expert's share only, every other token all of it.
+    kept = wts.clone()
+    kept[5, 1] = 0.0
+    assert global_max(rel_l2(out, torch_moe(x, ids, kept, w1, w2))) <= MOE_REL_L2
+    good = xstage.moe(x, ids, wts, p.w1, p.w2, max_tokens=T)
+    torch.cuda.synchronize()
+    xstage.distributed.poll()
+    assert len(comm_now().layers()) == layers  # the same cached layer
+    assert global_max(rel_l2(good, torch_moe(x, ids, wts, w1, w2))) <= MOE_REL_L2
+
+
+@hopper
+def test_a_layer_ended_by_a_timeout_is_rebuilt(comm):
+    """A device-side wait that times out (a bound of 1 us, which the dispatch of the first rows already
+    exceeds) ends the layer: poll() names the timeout, the next call says how to recover, and after that
+    recovery (one rank: by itself; more: teardown() and init()) the op computes correctly again."""
+    E, K, h, inter, T = 16, 2, 1024, 512, 256
+    P, r = world()
+    w1, w2, x, ids, wts = moe_problem(E, K, h, inter, T, seed=16)
+    p = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r))
+    tiny = dict(max_tokens=T, timeout_s=1e-6)
+    xstage.moe(x, ids, wts, p.w1, p.w2, **tiny)
+    torch.cuda.synchronize()
+    with pytest.raises(xstage.PlatformError, match="timed out after 1e-06 s") as info:
+        xstage.distributed.poll()
+    assert "the layer has ended" in str(info.value)
+    if P == 1:
+        with pytest.raises(xstage.PlatformError, match="the layer was dropped; the next call builds a new one"):
+            xstage.moe(x, ids, wts, p.w1, p.w2, **tiny)
+        assert not [key for key, _ in comm_now().layers() if key[-2] == 1e-6]
+        xstage.moe(x, ids, wts, p.w1, p.w2, **tiny)  # a new layer (which times out again: same bound)
+        torch.cuda.synchronize()
+        with pytest.raises(xstage.PlatformError, match="timed out"):
+            xstage.distributed.poll()
+    else:
+        with pytest.raises(xstage.PlatformError, match=r"xstage.distributed.teardown\(\) and then xstage.distributed.init\(\)"):
+            xstage.moe(x, ids, wts, p.w1, p.w2, **tiny)
+    xstage.distributed.teardown()
+    xstage.distributed.init()
+    out = xstage.moe(x, ids, wts, p.w1, p.w2, max_tokens=T)
+    torch.cuda.synchronize()
+    xstage.distributed.poll()
+    assert global_max(rel_l2(out, torch_moe(x, ids, wts, w1, w2))) <= MOE_REL_L2
+
+
+def comm_now():
+    """The default group's communicator as it is now (teardown() and init() replace the fixture's)."""
+    return xstage.distributed.get_communicator()

@@ -505,13 +505,18 @@ def test_dtype_error_under_fullgraph_names_the_problem():
 
 def test_one_gpu_needs_no_process_group(c_library):
     """Without torch.distributed the default group is one rank: fake implementations check against it, and
-    the op builds a local communicator on the tensors' device (here: no GPU, so that fails as the platform's
+    the op builds a local communicator on the tensors' device (without a GPU that fails as the platform's
     error, not as a missing init())."""
     from xstage import distributed
 
     assert distributed.world_size_for_key("") == 1
-    with pytest.raises(xstage.PlatformError):
-        distributed.communicator_for_key("", "xstage.moe", 0)
+    if xstage.is_available():  # a Hopper GPU: the local communicator itself
+        comm = distributed.communicator_for_key("", "xstage.moe", torch.cuda.current_device())
+        assert comm.world_size == 1 and comm is distributed.communicator_for_key("", "xstage.moe", comm.device)
+        distributed.teardown()
+    else:
+        with pytest.raises(xstage.PlatformError):
+            distributed.communicator_for_key("", "xstage.moe", 0)
     with pytest.raises(RuntimeError, match=r"not initialised for process group '7'"):
         distributed.communicator_for_key("7", "xstage.moe", 0)
     x = meta(10, 128)

@@ -3,11 +3,14 @@
     import xstage
     out = xstage.flash_attention(q, k, v)        # [batch, seqlen, heads, head_dim] bf16, head_dim 64/128
 
-    xstage.distributed.init()                    # once per process group (torchrun + NCCL), collective
+    xstage.distributed.init()                    # once per process group (torchrun + NCCL), collective; one GPU
+                                                 # without torch.distributed needs none (a local communicator)
     out = xstage.ulysses_attention(q, k, v)      # sequence-parallel: [batch, seqlen/P, heads, head_dim] per rank
     w = xstage.moe_pack_weights(w1, w2)          # once: this rank's experts in the layer's format
     y = xstage.moe(x, topk_ids, topk_weights, w.w1, w.w2)   # expert-parallel MoE layer
     moe = xstage.nn.MoE.from_weights(w1, w2, top_k=8)        # the same as a module
+
+    import xstage.diffusers                      # diffusers' "xstage" attention backend and swap_moe (needs diffusers)
 
 The kernels live in libxstage_c.so, a plain C library loaded with ctypes (see _capi.py and docs/PYTHON.md),
 so one build works under any Python 3 and PyTorch version. Importing xstage needs neither a GPU nor the

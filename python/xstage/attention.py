@@ -17,6 +17,8 @@ from . import _capi, _ops, _tensors
 __all__ = ["flash_attention"]
 
 _HEAD_DIMS = (64, 128)
+_INT32_MAX = 2**31 - 1
+_MAX_STRIDE = 2**39  # elements: the TMA unit takes strides below 2^40 bytes (bf16: 2 bytes each)
 
 _c_tensor = _tensors.c_tensor
 
@@ -54,6 +56,17 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
                 f"got shape {tuple(t.shape)}"
             )
     b, m, h, d = q.shape
+    for what, n in (("batch", b), ("seqlen_q", m), ("heads", h), ("seqlen_k", k.shape[1])):
+        if n > _INT32_MAX:
+            raise ValueError(
+                f"xstage.flash_attention: {what} is {n} (q shape {tuple(q.shape)}, k shape {tuple(k.shape)}); "
+                f"the kernel's sizes are 32-bit: at most 2^31 - 1"
+            )
+    if b * h * ((m + 63) // 64) > _INT32_MAX:
+        raise ValueError(
+            f"xstage.flash_attention: batch * heads * ceil(seqlen_q / 64) = {b * h * ((m + 63) // 64)} output tiles "
+            f"(q shape {tuple(q.shape)}) is more than one launch indexes (2^31 - 1): split the batch"
+        )
     if d not in _HEAD_DIMS:
         raise ValueError(
             f"xstage.flash_attention: head_dim is {d} (q shape {tuple(q.shape)}); "
@@ -78,11 +91,11 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
                 f"dimension must be contiguous (stride 1): pass {name}.contiguous()"
             )
         for dim, what in ((0, "batch"), (1, "seqlen"), (2, "heads")):
-            if t.shape[dim] != 1 and (t.stride(dim) <= 0 or t.stride(dim) % 8 != 0):
+            if t.shape[dim] != 1 and (t.stride(dim) <= 0 or t.stride(dim) % 8 != 0 or t.stride(dim) >= _MAX_STRIDE):
                 raise ValueError(
                     f"xstage.flash_attention: {name} has {what} stride {t.stride(dim)} (strides {tuple(t.stride())}); "
-                    f"the kernel's TMA loads need positive strides that are multiples of 8 elements (16 bytes): "
-                    f"pass {name}.contiguous()"
+                    f"the kernel's TMA loads need positive strides that are multiples of 8 elements (16 bytes) "
+                    f"and below 2^40 bytes: pass {name}.contiguous()"
                 )
     if not isinstance(softmax_scale, (float, int, torch.SymFloat, torch.SymInt)):
         raise TypeError(f"xstage.flash_attention: softmax_scale must be a float, got {type(softmax_scale).__name__}")
@@ -147,13 +160,17 @@ def flash_attention(
 
     Returns out ([batch, seqlen_q, heads, head_dim] bfloat16, contiguous), or (out, lse) with return_lse,
     lse being [batch, heads, seqlen_q] float32, the natural-log log-sum-exp of each row's scaled scores.
-    Runs on torch.cuda.current_stream(). Forward only (no autograd formula).
+    Runs on torch.cuda.current_stream(). Forward only: a backward through it raises.
     Raises TypeError/ValueError for bad arguments, RuntimeError (xstage.PlatformError) when the GPU cannot
     run it, xstage.LibraryError when libxstage_c.so is missing.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if torch.compiler.is_compiling():
+        # The checks traced as Python: an error is raised from here, as in eager, instead of surfacing from
+        # the fake implementation wrapped in torch.compile's own error report.
+        _check_inputs(q, k, v, 1.0 if softmax_scale is None else softmax_scale, fake=True)
     if softmax_scale is None:
         if q.dim() != 4:
             raise ValueError(
@@ -162,5 +179,8 @@ def flash_attention(
         softmax_scale = 1.0 / math.sqrt(q.shape[3])
     elif isinstance(softmax_scale, (int, float)):
         softmax_scale = float(softmax_scale)
-    out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
+    if _ops.needs_autograd(q, k, v):
+        out, lse = _ops.forward_only("xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse))
+    else:
+        out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
     return (out, lse) if return_lse else out

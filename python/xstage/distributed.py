@@ -1,5 +1,8 @@
 """xstage.distributed: xstage's communicator for a torch.distributed process group.
 
+One GPU needs none of this: without torch.distributed (or with a default group of one rank) the ops and
+xstage.nn.MoE build a local communicator of one rank on the tensors' device on their first call.
+
     torch.distributed.init_process_group("nccl")        # under torchrun; torch.cuda.set_device(local_rank) first
     xstage.distributed.init()                           # once, collective: every rank of the group
     out = xstage.ulysses_attention(q, k, v)             # ops find the communicator of their group
@@ -33,6 +36,7 @@ _DEFAULT = ""  # the key of the default group (group=None)
 
 _lock = threading.RLock()
 _comms: Dict[str, "Communicator"] = {}
+_local: Dict[int, "Communicator"] = {}  # device -> the one-rank communicator of a process without a group
 
 
 def group_key(group) -> str:
@@ -187,9 +191,37 @@ def get_communicator(group=None, op: str = "xstage") -> Communicator:
     return communicator_for_key(group_key(group), op)
 
 
-def communicator_for_key(key: str, op: str = "xstage") -> Communicator:
+def _default_group_size() -> int:
+    """The default group's size: 1 without torch.distributed."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _local_communicator(device: int) -> Communicator:
+    """The one-rank communicator on `device`, built on first use: an NCCL communicator of this process alone
+    (its unique id made here, so no process group is needed to hand it out)."""
+    with _lock:
+        comm = _local.get(device)
+        if comm is None:
+            _capi.check_device(device)
+            handle = _capi.comm_create(_capi.comm_unique_id(), 0, 1, device)
+            comm = _local[device] = Communicator(handle, None, 0, 1, device)
+        return comm
+
+
+def communicator_for_key(key: str, op: str = "xstage", device: Optional[int] = None) -> Communicator:
+    """The communicator of the group with this key. For the default group of a process without
+    torch.distributed (or whose default group has one rank) and a CUDA `device`: the local communicator on that
+    device, built on first use."""
     comm = _comms.get(key)
     if comm is None:
+        if key == _DEFAULT and device is not None:
+            local = _local.get(device)
+            if local is not None:
+                return local
+            if _default_group_size() == 1:
+                return _local_communicator(device)
         which = "the default process group" if key == _DEFAULT else f"process group {key!r}"
         raise RuntimeError(
             f"{op}: xstage.distributed is not initialised for {which}: call "
@@ -199,9 +231,16 @@ def communicator_for_key(key: str, op: str = "xstage") -> Communicator:
 
 
 def world_size_for_key(key: str) -> Optional[int]:
-    """The group's size if its communicator exists (fake implementations check shapes against it), else None."""
+    """The group's size if its communicator exists or it is the default group of a process without
+    torch.distributed (1); else None. Fake implementations check shapes against it."""
     comm = _comms.get(key)
-    return comm.world_size if comm is not None else None
+    if comm is not None:
+        return comm.world_size
+    return 1 if key == _DEFAULT and _default_group_size() == 1 else None
+
+
+def _all_communicators():
+    return list(dict.fromkeys(list(_comms.values()) + list(_local.values())))
 
 
 def poll(group=None) -> None:
@@ -209,18 +248,19 @@ def poll(group=None) -> None:
     communicator), each once: xstage.InputError for dropped router ids (the layer goes on), xstage.PlatformError
     for a failure that ended a layer (a device-side wait that timed out); never blocks. Calls are asynchronous:
     these surface here (an ended layer also on its next call), not at the call that caused them."""
-    comms = [get_communicator(group)] if group is not None else list(dict.fromkeys(_comms.values()))
+    comms = [get_communicator(group)] if group is not None else _all_communicators()
     for comm in comms:
         comm.poll()
 
 
 def teardown(group=None) -> None:
-    """Collective: destroys the communicator of `group` (default: every communicator init() built) and its
-    layers, after the device has finished with them. Call it on every rank before
+    """Collective: destroys the communicator of `group` (default: every communicator init() built, and the
+    local ones) and its layers, after the device has finished with them. Call it on every rank before
     torch.distributed.destroy_process_group(); ops need init() again afterwards."""
     with _lock:
         if group is None:
-            targets = list(dict.fromkeys(_comms.values()))
+            targets = _all_communicators()
+            _local.clear()
         else:
             key = group_key(group)
             targets = [_comms[key]] if key in _comms else []

@@ -24,6 +24,7 @@ from . import _capi, _ops, _tensors, distributed
 __all__ = ["MoeWeights", "moe", "moe_pack_weights", "DEFAULT_SCHEDULE"]
 
 _OP = "xstage.moe"
+_INT32_MAX = 2**31 - 1
 
 DEFAULT_SCHEDULE = "auto"
 
@@ -117,10 +118,9 @@ def _config(experts, top_k, hidden, inter, max_tokens, fp8, tile_n, schedule, cl
     return cfg
 
 
-def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, knobs, *, fake):
-    """knobs: (tile_n, schedule, cluster_n, cluster_m, timeout_s)."""
-    named = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2}
-    _tensors.require_tensors(_OP, named)
+def _check_dtypes(x, topk_ids, topk_weights, w1, w2) -> None:
+    """The tensors' types (pure Python: what the public function also runs as traced code under torch.compile)."""
+    _tensors.require_tensors(_OP, {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2})
     _tensors.require_dtype(_OP, "x", x, (torch.bfloat16,), " (convert with .to(torch.bfloat16))")
     _tensors.require_dtype(_OP, "topk_ids", topk_ids, (torch.int32,), " (the router's expert ids: .to(torch.int32))")
     _tensors.require_dtype(_OP, "topk_weights", topk_weights, (torch.float32,), " (.float())")
@@ -129,6 +129,12 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
     )
     if w2.dtype != w1.dtype:
         raise TypeError(f"{_OP}: w2 has dtype {w2.dtype} but w1 has {w1.dtype}; both come from xstage.moe_pack_weights")
+
+
+def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world_size, max_tokens, knobs, *, fake):
+    """knobs: (tile_n, schedule, cluster_n, cluster_m, timeout_s)."""
+    named = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2}
+    _check_dtypes(x, topk_ids, topk_weights, w1, w2)
     fp8 = w1.dtype != torch.bfloat16
     if fp8:
         if w1_scales is None or w2_scales is None:
@@ -143,6 +149,8 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
     if x.dim() != 2:
         raise ValueError(f"{_OP}: x must be 2-D [tokens, hidden]; got shape {tuple(x.shape)} (flatten the leading dimensions)")
     t, h = x.shape
+    if t > _INT32_MAX:
+        raise ValueError(f"{_OP}: {t} tokens (x shape {tuple(x.shape)}); the layer counts tokens in 32 bits: at most 2^31 - 1")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != t:
         raise ValueError(f"{_OP}: topk_ids must be [tokens, top_k] = [{t}, k]; got shape {tuple(topk_ids.shape)}")
     k = topk_ids.shape[1]
@@ -204,11 +212,11 @@ def _moe_impl(
     knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
     signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, knobs)
     if _checked.passed(signature):
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, x.device.index)
     else:
         # the inputs' errors before a missing communicator's
         _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, knobs, fake=False)
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, x.device.index)
         _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, knobs, fake=False)
         _checked.add(signature)
     if x.device.index != comm.device:
@@ -318,7 +326,9 @@ def moe(
     it builds a new layer; more: xstage.distributed.teardown() and init() on every rank).
     Collective: every rank calls it, also a rank with no tokens (x of shape [0, hidden]).
     """
-    return _moe_op(
+    if torch.compiler.is_compiling():  # raised from here under torch.compile, as in eager
+        _check_dtypes(x, topk_ids, topk_weights, w1, w2)
+    args = (
         x,
         topk_ids,
         topk_weights,
@@ -334,3 +344,6 @@ def moe(
         int(cluster_m),
         float(timeout_s),
     )
+    if _ops.needs_autograd(x, topk_weights, w1, w2):
+        return _ops.forward_only(_OP, _moe_op, *args)
+    return _moe_op(*args)

@@ -18,7 +18,7 @@ __all__ = ["MoE"]
 
 class MoE(torch.nn.Module):
     """The routed experts of an MoE feed-forward (SwiGLU experts: down(silu(gate(x)) * up(x))), expert-parallel
-    over `group` with xstage's fused MegaMoE layer. Forward only (no autograd formula).
+    over `group` with xstage's fused MegaMoE layer. Forward only: a backward through it raises.
 
     Holds this rank's num_experts/P experts as buffers, already in the layer's format: w1 tile-interleaved
     (and, for dtype=torch.float8_e4m3fn, both matrices as e4m3 codes with 128x128-block fp32 scales,

@@ -19,6 +19,7 @@ __all__ = ["ulysses_attention"]
 
 _OP = "xstage.ulysses_attention"
 _HEAD_DIMS = (64, 128)
+_INT32_MAX = 2**31 - 1
 _STORE_PATHS = {"tma": _capi.A2A_STORE_TMA, "st_global": _capi.A2A_STORE_ST_GLOBAL}
 
 
@@ -44,6 +45,12 @@ def _check_inputs(q, k, v, world_size, store_path, *, fake: bool) -> None:
         raise ValueError(f"{_OP}: head_dim is {d} (q shape {tuple(q.shape)}); the kernels are built for head_dim 64 and 128")
     if b == 0 or ms == 0 or h == 0:
         raise ValueError(f"{_OP}: empty attention (q shape {tuple(q.shape)}); batch, seqlen/P and heads must be >= 1")
+    ranks = world_size or 1
+    for what, n in (("batch", b), ("seqlen (seqlen/P times the group's size)", ms * ranks), ("heads", h)):
+        if n > _INT32_MAX:
+            raise ValueError(f"{_OP}: {what} is {n} (q shape {tuple(q.shape)}); the layer's sizes are 32-bit: at most 2^31 - 1")
+    if b * (h // ranks) * ((ms * ranks + 63) // 64) > _INT32_MAX:
+        raise ValueError(f"{_OP}: q shape {tuple(q.shape)} has more output tiles than one launch indexes (2^31 - 1): split the batch")
     _tensors.require_contiguous(_OP, named)
     if world_size is not None and h % world_size != 0:
         raise ValueError(
@@ -62,10 +69,10 @@ def _ulysses_impl(
 ) -> torch.Tensor:
     signature = _checked.of((q, k, v), group, store_path)
     if _checked.passed(signature):
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, q.device.index)
     else:
         _check_inputs(q, k, v, None, store_path, fake=False)  # the inputs' errors before a missing communicator's
-        comm = distributed.communicator_for_key(group, _OP)
+        comm = distributed.communicator_for_key(group, _OP, q.device.index)
         _check_inputs(q, k, v, comm.world_size, store_path, fake=False)
         _checked.add(signature)
     if q.device.index != comm.device:
@@ -110,12 +117,20 @@ def ulysses_attention(
     same shard of softmax(q k^T / sqrt(d)) v over the whole sequence, [batch, seqlen/P, heads, head_dim] bf16.
 
     group: a torch.distributed process group for which xstage.distributed.init(group) was called (default:
-    the default group). fused: the post-attention all-to-all inside the attention kernel (True) or the
-    serial path (NCCL all-to-all, attention, NCCL all-to-all); the same on every rank. store_path: how the
+    the default group; a process without torch.distributed, or whose default group has one rank, needs no
+    init: a local communicator of one rank is built on the first call). fused: the post-attention
+    all-to-all inside the attention kernel (True) or the serial path (NCCL all-to-all, attention, NCCL
+    all-to-all); the same on every rank. store_path: how the
     fused epilogue stores to peers ("tma" or "st_global"). timeout_s: every device-side wait gives up after
     it (a failure surfaces through xstage.distributed.poll() or the next call).
 
     Collective: every rank calls it with the same shapes and options. The first call for a shape builds the
-    layer (buffers, symmetric windows; blocks the host): warm up before CUDA-graph capture.
+    layer (buffers, symmetric windows; blocks the host): warm up before CUDA-graph capture. Forward only: a
+    backward through it raises.
     """
-    return _ulysses_op(q, k, v, distributed.group_key(group), bool(fused), store_path, float(timeout_s))
+    if torch.compiler.is_compiling():
+        _check_inputs(q, k, v, None, store_path, fake=True)  # raised from here under torch.compile, as in eager
+    args = (q, k, v, distributed.group_key(group), bool(fused), store_path, float(timeout_s))
+    if _ops.needs_autograd(q, k, v):
+        return _ops.forward_only(_OP, _ulysses_op, *args)
+    return _ulysses_op(*args)

@@ -53,3 +53,25 @@ expect_status() {  # expect_status WANT LABEL -- command...: 0 when the command 
   if [ "$rc" = "$want" ]; then echo "$label: exit $rc (as wanted)"; return 0; fi
   echo "$label: FAILED: exit $rc, wanted $want"; return 1
 }
+
+# use_wheels DIR: makes the wheels in DIR that this Python lacks importable (pip install --no-deps --target a
+# scratch folder appended to PYTHONPATH): diffusers and its requirements on a machine without network, next to
+# the machine's own torch. Only what is missing: a carried wheel must not shadow a package the machine has (its
+# transformers pins huggingface-hub below 2, say). scripts/fetch_wheels.sh downloads them on a networked machine.
+use_wheels() {
+  local dir=$1 site=/tmp/xstage-site missing
+  [ -d "$dir" ] || { echo "use_wheels: no folder $dir"; return 1; }
+  missing=$(python3 - "$dir" <<'PY'
+import glob, importlib.metadata as md, os, re, sys
+for w in sorted(glob.glob(os.path.join(sys.argv[1], "*.whl"))):
+    name = re.split(r"-\d", os.path.basename(w), maxsplit=1)[0]
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        print(w)
+PY
+)
+  echo "installing the wheels this Python lacks: $(echo "$missing" | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
+  [ -z "$missing" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" $missing || return 1
+  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$site"
+}

@@ -100,6 +100,34 @@ def test_library_needs_no_cuda_runtime(c_library):
     assert set(needed) <= allowed, needed
 
 
+# The newest symbol versions manylinux_2_34's policy allows on x86_64 (auditwheel's manylinux-policy.json), and the
+# libraries it lets a wheel need from the system; libnccl.so.2 comes from torch's environment (its nvidia-nccl
+# wheel), as a wheel repaired with `auditwheel repair --exclude libnccl.so.2` would leave it.
+MANYLINUX = "manylinux_2_34_x86_64"
+MANYLINUX_MAX = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 29), "CXXABI": (1, 3, 13), "GCC": (7, 0, 0)}
+MANYLINUX_LIBS = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6", "ld-linux-x86-64.so.2", "libnccl.so.2"}
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("readelf") is None, reason="no binutils")
+def test_library_meets_the_wheels_manylinux_tag(c_library):
+    import re
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
+        overrides = tomllib.load(f)["tool"]["scikit-build"]["overrides"]
+    assert [o["wheel"]["tags"] for o in overrides if "tags" in o.get("wheel", {})] == [[f"py3-none-{MANYLINUX}"]]
+    symbols = subprocess.run(["objdump", "-T", _library_file()], capture_output=True, text=True, check=True).stdout
+    newest = {}
+    for family, version in re.findall(r"\b(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+)\b", symbols):
+        newest[family] = max(newest.get(family, ()), tuple(int(x) for x in version.split(".")))
+    assert newest.get("GLIBC"), symbols[:500]
+    too_new = {f: v for f, v in newest.items() if v > MANYLINUX_MAX[f]}
+    assert not too_new, f"the library needs {too_new}, newer than {MANYLINUX} allows: change the tag in pyproject.toml"
+    out = subprocess.run(["readelf", "-d", _library_file()], capture_output=True, text=True, check=True).stdout
+    needed = {line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line}
+    assert needed <= MANYLINUX_LIBS, needed
+
+
 @pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
 def test_library_exports_only_the_c_abi(c_library):
     out = subprocess.run(["nm", "-D", "--defined-only", _library_file()], capture_output=True, text=True, check=True)

@@ -390,6 +390,10 @@ def ulysses_destroy(layer: int) -> None:
 # --- MoE --------------------------------------------------------------------------------------------------
 
 
+# Called (without arguments) before any MoE layer is destroyed: libxstage_torch.so forgets the layer handles it
+# cached (python/xstage/_ops.py).
+before_layer_destroy: list = []
+
 def moe_default_tile_n(dtype: int, hidden: int, inter: int) -> int:
     out = ctypes.c_int32()
     _call("xstage_moe_default_tile_n", int(dtype), int(hidden), int(inter), ctypes.byref(out))
@@ -420,6 +424,8 @@ def moe_poll(layer: int) -> None:
 
 
 def moe_destroy(layer: int) -> None:
+    for forget in before_layer_destroy:
+        forget()
     _call("xstage_moe_destroy", ctypes.c_void_p(layer))
 
 

@@ -9,7 +9,8 @@ Linear-2 there, and combines the weighted results back at the token's rank:
 
 Registered as torch.ops.xstage.moe (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
-graphs take it.
+graphs take it. CUDA tensors go to libxstage_torch.so's C++ kernel where torch has the stable ABI (xstage._ops;
+it asks _resolve_layer for a configuration's layer once), else to _moe_impl below.
 """
 
 from __future__ import annotations
@@ -167,41 +168,27 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
 _checked = _tensors.CheckedSignatures()
 
 
-def _moe_impl(
-    x: torch.Tensor,
-    topk_ids: torch.Tensor,
-    topk_weights: torch.Tensor,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    w1_scales: Optional[torch.Tensor],
-    w2_scales: Optional[torch.Tensor],
-    group: str,
-    max_tokens: int,
-    tile_n: int,
-    schedule: str,
-    cluster_n: int,
-    cluster_m: int,
-    timeout_s: float,
-) -> torch.Tensor:
-    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, schedule)
-    if _checked.passed(signature):
-        comm = distributed.communicator_for_key(group, _OP)
-    else:
-        # the inputs' errors before a missing communicator's
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=False)
-        comm = distributed.communicator_for_key(group, _OP)
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=False)
-        _checked.add(signature)
-    if x.device.index != comm.device:
-        raise ValueError(
-            f"{_OP}: the tensors are on {x.device} but this rank's xstage communicator is on cuda:{comm.device}"
-        )
-    t, h = x.shape
-    k = topk_ids.shape[1]
-    e_local, inter = w2.shape[0], w2.shape[2]
-    fp8 = w1.dtype != torch.bfloat16
+def _communicator(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, schedule, *, fake):
+    """The group's communicator, for inputs that pass every check (raises what the first failing one finds)."""
+    # the inputs' errors before a missing communicator's
+    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, schedule, fake=fake)
+    comm = distributed.communicator_for_key(group, _OP)
+    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, schedule, fake=fake)
+    return comm
+
+
+def _check_device(index: int, comm) -> None:
+    if index != comm.device:
+        where = f"cuda:{index}" if index is not None and index >= 0 else "the host"
+        raise ValueError(f"{_OP}: the tensors are on {where} but this rank's xstage communicator is on cuda:{comm.device}")
+
+
+def _layer(comm, t, k, h, e_local, inter, w_dtype, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s) -> int:
+    """The communicator's layer (xstage_moe handle) for a call of t tokens with this configuration, built (collective)
+    on the first call that needs it."""
+    fp8 = w_dtype != torch.bfloat16
     sched, lag = SCHEDULES[schedule]
-    options = (e_local * comm.world_size, k, h, inter, w1.dtype, tile_n, schedule, cluster_n, cluster_m, float(timeout_s))
+    options = (e_local * comm.world_size, k, h, inter, w_dtype, tile_n, schedule, cluster_n, cluster_m, float(timeout_s))
     if max_tokens:
         tokens_cap = max_tokens
     elif comm.world_size == 1:
@@ -222,9 +209,41 @@ def _moe_impl(
         cfg.cluster_n, cfg.cluster_m, cfg.timeout_s = cluster_n, cluster_m, timeout_s
         return _capi.moe_create(comm.handle, cfg)
 
-    layer = comm.layer(("moe",) + options + (tokens_cap,), create)
+    return comm.layer(("moe",) + options + (tokens_cap,), create)
+
+
+def _moe_impl(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scales: Optional[torch.Tensor],
+    w2_scales: Optional[torch.Tensor],
+    group: str,
+    max_tokens: int,
+    tile_n: int,
+    schedule: str,
+    cluster_n: int,
+    cluster_m: int,
+    timeout_s: float,
+) -> torch.Tensor:
+    args = (x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s)
+    if x.is_cuda and _ops.load_torch_library():  # from now on the C++ kernel takes CUDA tensors
+        return _moe_op(*args)
+    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, schedule)
+    if _checked.passed(signature):
+        comm = distributed.communicator_for_key(group, _OP)
+    else:
+        comm = _communicator(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, schedule, fake=False)
+        _checked.add(signature)
+    _check_device(x.device.index, comm)
+    t, h = x.shape
+    layer = _layer(comm, t, topk_ids.shape[1], h, w2.shape[0], w2.shape[2], w1.dtype, max_tokens, tile_n, schedule,
+                   cluster_n, cluster_m, timeout_s)
     out = torch.empty((t, h), dtype=torch.bfloat16, device=x.device)
     c = _tensors.c_tensor
+    fp8 = w1.dtype != torch.bfloat16
     _capi.moe_forward(
         layer,
         c(x),
@@ -238,6 +257,21 @@ def _moe_impl(
         _tensors.current_stream(x.device),
     )
     return out
+
+
+def _resolve_layer(operands, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s) -> int:
+    """The layer for a call of libxstage_torch.so's kernel that has none cached for its configuration (xstage._ops):
+    the call's operands (xstage_tensor descriptors) pass the same checks as meta tensors first, so that no layer is
+    built for inputs the op rejects. The C library checks the operands' memory and devices at the call."""
+    meta = [_tensors.meta_tensor(d) if d is not None else None for d in operands]
+    x, topk_ids, _, w1, w2, _, _ = meta
+    comm = _communicator(*meta, group, max_tokens, schedule, fake=True)
+    _check_device(operands[0].device, comm)
+    return _layer(comm, x.shape[0], topk_ids.shape[1], x.shape[1], w2.shape[0], w2.shape[2], w1.dtype, max_tokens, tile_n,
+                  schedule, cluster_n, cluster_m, timeout_s)
+
+
+_ops.set_moe_resolver(_resolve_layer)
 
 
 def _moe_fake(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s):
@@ -287,19 +321,11 @@ def moe(
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"{_OP}: schedule is {schedule!r}; it must be one of {sorted(SCHEDULES)}")
-    return _moe_op(
-        x,
-        topk_ids,
-        topk_weights,
-        w1,
-        w2,
-        w1_scales,
-        w2_scales,
-        distributed.group_key(group),
-        int(max_tokens or 0),
-        int(tile_n),
-        schedule,
-        int(cluster_n),
-        int(cluster_m),
-        float(timeout_s),
-    )
+    group, max_tokens = distributed.group_key(group), int(max_tokens or 0)
+    try:
+        return _moe_op(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, int(tile_n), schedule,
+                       int(cluster_n), int(cluster_m), float(timeout_s))
+    except RuntimeError as e:
+        _ops.raise_typed(e, lambda: _check_device(x.device.index, _communicator(
+            x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, schedule, fake=False)))
+        raise

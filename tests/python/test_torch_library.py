@@ -5,6 +5,7 @@ the Python fake implementations. The kernels themselves run here through torch's
 (redispatched to the CUDA key): their arguments cross, outputs are allocated, the C library's checks answer and
 their errors come back tagged; the MoE kernel asks Python for its layer. (On a GPU: tests/python/gpu/.)"""
 
+import ctypes
 import os
 import re
 import shutil
@@ -123,6 +124,40 @@ def test_moe_kernel_asks_python_for_its_layer(torch_library):
     x, ids, wts, w1, w2 = _moe_operands()
     with pytest.raises(RuntimeError, match=r"^xstage\.InputError: xstage\.moe: x must be 2-D"):  # no key: Python's checks
         _moe_redispatch(x[None], ids, wts, w1, w2)
+
+
+def test_moe_kernel_caches_the_layer_per_configuration(torch_library, monkeypatch):
+    """Python is asked once per configuration: with max_tokens any token count shares the layer; without it (one
+    rank) each count is its own question; destroying a layer empties the cache. The answer here is a zeroed
+    buffer, which the C library reads as a layer without its C++ object and refuses."""
+    fake_layer = ctypes.create_string_buffer(4096)
+    asked = []
+
+    def resolve(operands, group, max_tokens, *rest):
+        asked.append((group, max_tokens, operands[0].shape[0]))
+        return ctypes.addressof(fake_layer)
+
+    monkeypatch.setattr(_ops, "_moe_resolver", resolve)
+    for forget in _capi.before_layer_destroy:
+        forget()
+    x, ids, wts, w1, w2 = _moe_operands(T=16)
+
+    def call(t, max_tokens, group="g"):
+        with pytest.raises(RuntimeError, match=r"^xstage\.InputError: xstage_moe_forward: "):
+            _moe_redispatch(x[:t], ids[:t], wts[:t], w1, w2, group=group, max_tokens=max_tokens)
+
+    for t in (16, 16, 5, 0):
+        call(t, 64)
+    assert asked == [("g", 64, 16)]
+    call(16, 64, group="other")
+    call(16, 0)
+    call(5, 0)
+    call(5, 0)
+    assert asked[1:] == [("other", 64, 16), ("g", 0, 16), ("g", 0, 5)]
+    for forget in _capi.before_layer_destroy:
+        forget()
+    call(16, 64)
+    assert len(asked) == 5
 
 
 def test_forgetting_layers_is_safe(torch_library):

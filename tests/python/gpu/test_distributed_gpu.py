@@ -524,6 +524,36 @@ def test_teardown_and_init_again(comm):
 
 
 @hopper
+@pytest.mark.parametrize("dtype", [BF16, FP8], ids=["bf16", "fp8"])
+def test_moe_cpp_kernel_and_python_path_agree(dtype):
+    """Where libxstage_torch.so serves the op (torch >= 2.10 and the library built), its C++ kernel and the Python
+    implementation (the ctypes path, called directly) run the same layer: the same output, and the kernel finds
+    the layer the first call built (no second one). After teardown and init, the kernel's cached handle is gone:
+    the same configuration gets the new communicator's layer."""
+    from xstage import _ops
+    from xstage import moe as moe_module
+
+    E, K, h, inter, T = 16, 4, 1024, 512, 256
+    P, r = world()
+    w1, w2, x, ids, wts = moe_problem(E, K, h, inter, T, seed=11)
+    p = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r), dtype=dtype)
+    out = xstage.moe(x, ids, wts, *p[:4], max_tokens=T)
+    path = _ops.torch_library_path()
+    if path is not None and os.path.isfile(path):
+        assert _ops.torch_library() == path, "the first CUDA call should have loaded libxstage_torch.so"
+    comm = xstage.distributed.get_communicator()
+    layers = len(comm.layers())
+    args = (x, ids, wts, *p[:4], xstage.distributed.group_key(None), T, 0, "auto", 0, 1, 10.0)
+    assert rel_l2(moe_module._moe_impl(*args), out) <= 1e-3
+    assert rel_l2(xstage.moe(x, ids, wts, *p[:4], max_tokens=T), out) <= 1e-3
+    assert len(comm.layers()) == layers
+    xstage.distributed.teardown()
+    again = xstage.distributed.init()
+    assert rel_l2(xstage.moe(x, ids, wts, *p[:4], max_tokens=T), out) <= 1e-3
+    assert len(again.layers()) == 1
+
+
+@hopper
 def test_bad_router_ids_are_reported_by_poll(comm):
     """Runs last: the layer that saw bad ids refuses further calls (its ranks' call counts may disagree)."""
     E, K, h, inter, T = 16, 2, 1024, 512, 64

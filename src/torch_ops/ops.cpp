@@ -99,7 +99,7 @@ xstage_tensor describe(const Tensor& t) {
   return d;
 }
 
-// A new contiguous tensor on the device of `like`.
+// A new contiguous tensor (at most 4 dimensions) on the device of `like`.
 Tensor empty(std::initializer_list<int64_t> shape, int32_t torch_dtype, const Tensor& like) {
   int64_t sizes[4], strides[4];
   const int64_t ndim = static_cast<int64_t>(shape.size());

@@ -9,8 +9,7 @@
 # Knobs (besides XSTAGE_BUILD and OUT: scripts/gpu/env.sh; the Python package needs torch):
 #   ROUNDS  rounds (default 3)
 # Writes $OUT/torch_vs_cli.log and $OUT/torch_vs_cli.tar.xz (host_costs.json, host_costs_ctypes.json, per round i
-# time_ops_<i>.json,
-# attention_bench_<i>.json, moe_bench_<i>.json; clocks.csv, torch_vs_cli.txt and .json).
+# time_ops_<i>.json, attention_bench_<i>.json, moe_bench_<i>.json; clocks.csv, torch_vs_cli.txt and .json).
 #
 #   bash scripts/gpu/torch_vs_cli.sh
 set -uo pipefail

@@ -142,8 +142,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xstage_last_error.restype = ctypes.c_char_p
     lib.xstage_check_device.argtypes = [ctypes.c_int32]
     lib.xstage_check_device.restype = ctypes.c_int
-    lib.xstage_flash_attention_forward.argtypes = [tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
-    lib.xstage_flash_attention_forward.restype = ctypes.c_int
+    # The _trusted twins are called by libxstage_torch.so (src/torch_ops), declared here so that a C library
+    # without them is refused at load.
+    for name in ("xstage_flash_attention_forward", "xstage_flash_attention_forward_trusted"):
+        getattr(lib, name).argtypes = [tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
+        getattr(lib, name).restype = ctypes.c_int
     h, i32, vp = ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p
     i32p, hp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)
     cp = ctypes.POINTER(MoeConfig)
@@ -163,6 +166,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "xstage_moe_check_config": [cp, i32],
         "xstage_moe_create": [h, cp, hp],
         "xstage_moe_forward": [h, tp, tp, tp, tp, tp, tp, tp, tp, vp],
+        "xstage_moe_forward_trusted": [h, tp, tp, tp, tp, tp, tp, tp, tp, vp],
         "xstage_moe_poll": [h],
         "xstage_moe_ended": [h, i32p],
         "xstage_moe_destroy": [h],
@@ -330,10 +334,18 @@ def comm_unique_id() -> bytes:
     return buf.raw
 
 
+# Called (without arguments) before any MoE layer is destroyed and before a communicator is created:
+# libxstage_torch.so forgets the layer handles it cached per configuration (python/xstage/_ops.py), which could
+# dangle, or belong to another communicator than the one its group or device now finds.
+forget_layer_handles: list = []
+
+
 def comm_create(unique_id: bytes, rank: int, world_size: int, device: int) -> int:
     """Collective: returns the communicator handle (an address)."""
     if len(unique_id) != COMM_UNIQUE_ID_BYTES:
         raise InputError(f"the NCCL unique id has {len(unique_id)} bytes; it must have {COMM_UNIQUE_ID_BYTES}")
+    for forget in forget_layer_handles:
+        forget()
     out = ctypes.c_void_p()
     _call("xstage_comm_create", bytes(unique_id), int(rank), int(world_size), int(device), ctypes.byref(out))
     return out.value
@@ -436,6 +448,8 @@ def moe_ended(layer: int) -> bool:
 
 
 def moe_destroy(layer: int) -> None:
+    for forget in forget_layer_handles:
+        forget()
     _call("xstage_moe_destroy", ctypes.c_void_p(layer))
 
 

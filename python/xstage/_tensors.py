@@ -20,6 +20,19 @@ if FLOAT8 is not None:
     DTYPE_CODES[FLOAT8] = _capi.DTYPE_FLOAT8_E4M3
 
 
+_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+def meta_tensor(t: _capi.Tensor) -> torch.Tensor:
+    """A meta tensor with the shape, strides and dtype of an xstage_tensor (what the ops' checks read)."""
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is None:
+        raise TypeError(f"a tensor has a dtype xstage does not take (xstage_tensor dtype code {t.dtype})")
+    if not 0 <= t.ndim <= _capi.MAX_NDIM:
+        raise ValueError(f"a tensor has {t.ndim} dimensions")
+    return torch.empty_strided(tuple(t.shape[: t.ndim]), tuple(t.strides[: t.ndim]), dtype=dtype, device="meta")
+
+
 def c_tensor(t: torch.Tensor) -> _capi.Tensor:
     """The xstage_tensor of a torch tensor (pointer, shape, strides in elements, dtype code, device)."""
     device = t.device

@@ -2,7 +2,9 @@
 
 Registered as torch.ops.xstage.flash_attention (xstage._ops: torch.library) with a fake implementation, so
 torch.compile(fullgraph=True) traces it without graph breaks, and it runs on the current CUDA stream
-without host synchronisation or allocations other than its outputs, so CUDA graphs capture it.
+without host synchronisation or allocations other than its outputs, so CUDA graphs capture it. CUDA tensors
+go to libxstage_torch.so's C++ kernel where torch has the stable ABI (xstage._ops), else to
+_flash_attention_impl below.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ _checked = _tensors.CheckedSignatures()
 def _flash_attention_impl(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, return_lse: bool
 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    if q.is_cuda and _ops.load_torch_library():  # from now on the C++ kernel takes CUDA tensors
+        return _flash_attention_op(q, k, v, softmax_scale, return_lse)
     signature = _checked.of((q, k, v), softmax_scale)
     if not _checked.passed(signature):
         _check_inputs(q, k, v, softmax_scale, fake=False)
@@ -179,8 +183,12 @@ def flash_attention(
         softmax_scale = 1.0 / math.sqrt(q.shape[3])
     elif isinstance(softmax_scale, (int, float)):
         softmax_scale = float(softmax_scale)
-    if _ops.needs_autograd(q, k, v):
-        out, lse = _ops.forward_only("xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse))
-    else:
-        out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
+    try:
+        if _ops.needs_autograd(q, k, v):
+            out, lse = _ops.forward_only("xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse))
+        else:
+            out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
+    except RuntimeError as e:
+        _ops.raise_typed(e, lambda: _check_inputs(q, k, v, softmax_scale, fake=False))
+        raise
     return (out, lse) if return_lse else out

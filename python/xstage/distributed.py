@@ -243,6 +243,15 @@ def _all_communicators():
     return list(dict.fromkeys(list(_comms.values()) + list(_local.values())))
 
 
+def find_layer(handle: int):
+    """(communicator, key) of the cached layer with this handle, or None."""
+    for comm in _all_communicators():
+        for key, layer in comm.layers():
+            if layer == handle:
+                return comm, key
+    return None
+
+
 def poll(group=None) -> None:
     """Raises what the device found in earlier calls of any layer of the group's communicator (default: every
     communicator), each once: xstage.InputError for dropped router ids (the layer goes on), xstage.PlatformError

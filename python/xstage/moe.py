@@ -9,7 +9,8 @@ Linear-2 there, and combines the weighted results back at the token's rank:
 
 Registered as torch.ops.xstage.moe (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
-graphs take it.
+graphs take it. CUDA tensors go to libxstage_torch.so's C++ kernel where torch has the stable ABI (xstage._ops;
+it asks _resolve_layer for a configuration's layer once), else to _moe_impl below.
 """
 
 from __future__ import annotations
@@ -193,41 +194,27 @@ def _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, world
 _checked = _tensors.CheckedSignatures()
 
 
-def _moe_impl(
-    x: torch.Tensor,
-    topk_ids: torch.Tensor,
-    topk_weights: torch.Tensor,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    w1_scales: Optional[torch.Tensor],
-    w2_scales: Optional[torch.Tensor],
-    group: str,
-    max_tokens: int,
-    tile_n: int,
-    schedule: str,
-    cluster_n: int,
-    cluster_m: int,
-    timeout_s: float,
-) -> torch.Tensor:
-    knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
-    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, knobs)
-    if _checked.passed(signature):
-        comm = distributed.communicator_for_key(group, _OP, x.device.index)
-    else:
-        # the inputs' errors before a missing communicator's
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, knobs, fake=False)
-        comm = distributed.communicator_for_key(group, _OP, x.device.index)
-        _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, knobs, fake=False)
-        _checked.add(signature)
-    if x.device.index != comm.device:
-        raise ValueError(
-            f"{_OP}: the tensors are on {x.device} but this rank's xstage communicator is on cuda:{comm.device}"
-        )
-    t, h = x.shape
-    k = topk_ids.shape[1]
-    e_local, inter = w2.shape[0], w2.shape[2]
-    fp8 = w1.dtype != torch.bfloat16
-    options = (e_local * comm.world_size, k, h, inter, w1.dtype, tile_n, schedule, cluster_n, cluster_m, float(timeout_s))
+def _communicator(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, knobs, device, *, fake):
+    """The group's communicator (a default group of one rank: the local one on `device`, built on first use), for
+    inputs that pass every check (raises what the first failing one finds). knobs: as _check_inputs takes them."""
+    # the inputs' errors before a missing communicator's
+    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, None, max_tokens, knobs, fake=fake)
+    comm = distributed.communicator_for_key(group, _OP, device)
+    _check_inputs(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, comm.world_size, max_tokens, knobs, fake=fake)
+    return comm
+
+
+def _check_device(index: Optional[int], comm) -> None:
+    if index != comm.device:
+        where = f"cuda:{index}" if index is not None and index >= 0 else "the host"
+        raise ValueError(f"{_OP}: the tensors are on {where} but this rank's xstage communicator is on cuda:{comm.device}")
+
+
+def _layer(comm, t, k, h, e_local, inter, w_dtype, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s):
+    """(key, handle): the communicator's layer (xstage_moe handle) for a call of t tokens with this configuration,
+    built (collective) on the first call that needs it, and the key it is cached under."""
+    fp8 = w_dtype != torch.bfloat16
+    options = (e_local * comm.world_size, k, h, inter, w_dtype, tile_n, schedule, cluster_n, cluster_m, float(timeout_s))
     if max_tokens:
         tokens_cap = max_tokens
     elif comm.world_size == 1:
@@ -245,9 +232,58 @@ def _moe_impl(
         return _capi.moe_create(comm.handle, config)
 
     key = ("moe",) + options + (tokens_cap,)
-    layer = comm.layer(key, create)
+    return key, comm.layer(key, create)
+
+
+def _failure(comm, key, layer: int, error: Exception) -> Exception:
+    """What a call of `layer` (cached under `key`) that failed with xstage.PlatformError `error` raises. A failure
+    of an earlier call (a device-side wait that timed out) that ended the layer: one rank has no one to agree with,
+    so the layer is dropped here and the next call builds a new one; more ranks rebuild together."""
+    if not _capi.moe_ended(layer):
+        return error
+    if comm.world_size == 1:
+        comm.drop_layer(key)
+        return _capi.PlatformError(f"{error}. {_OP}: the layer was dropped; the next call builds a new one")
+    return _capi.PlatformError(
+        f"{error}. {_OP}: call xstage.distributed.teardown() and then xstage.distributed.init() on every rank of the "
+        f"group; the next calls build new layers"
+    )
+
+
+def _moe_impl(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scales: Optional[torch.Tensor],
+    w2_scales: Optional[torch.Tensor],
+    group: str,
+    max_tokens: int,
+    tile_n: int,
+    schedule: str,
+    cluster_n: int,
+    cluster_m: int,
+    timeout_s: float,
+) -> torch.Tensor:
+    if x.is_cuda and _ops.load_torch_library():  # from now on the C++ kernel takes CUDA tensors
+        return _moe_op(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule,
+                       cluster_n, cluster_m, timeout_s)
+    knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
+    signature = _checked.of((x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales), group, max_tokens, knobs)
+    if _checked.passed(signature):
+        comm = distributed.communicator_for_key(group, _OP, x.device.index)
+    else:
+        comm = _communicator(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, knobs,
+                             x.device.index, fake=False)
+        _checked.add(signature)
+    _check_device(x.device.index, comm)
+    t, h = x.shape
+    key, layer = _layer(comm, t, topk_ids.shape[1], h, w2.shape[0], w2.shape[2], w1.dtype, max_tokens, tile_n, schedule,
+                        cluster_n, cluster_m, timeout_s)
     out = torch.empty((t, h), dtype=torch.bfloat16, device=x.device)
     c = _tensors.c_tensor
+    fp8 = w1.dtype != torch.bfloat16
     try:
         _capi.moe_forward(
             layer,
@@ -262,18 +298,40 @@ def _moe_impl(
             _tensors.current_stream(x.device),
         )
     except _capi.PlatformError as e:
-        if not _capi.moe_ended(layer):
+        failure = _failure(comm, key, layer, e)
+        if failure is e:
             raise
-        # A failure of an earlier call (a device-side wait that timed out) ended the cached layer. One rank has
-        # no one to agree with: drop it here, and the next call builds a new one. More ranks rebuild together.
-        if comm.world_size == 1:
-            comm.drop_layer(key)
-            raise _capi.PlatformError(f"{e}. {_OP}: the layer was dropped; the next call builds a new one") from None
-        raise _capi.PlatformError(
-            f"{e}. {_OP}: call xstage.distributed.teardown() and then xstage.distributed.init() on every rank of the "
-            f"group; the next calls build new layers"
-        ) from None
+        raise failure from None
     return out
+
+
+# libxstage_torch.so's MoE kernel (xstage._ops) caches each configuration's layer handle and asks these two.
+
+
+def _resolve_layer(operands, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s) -> int:
+    """The layer for a call that has none cached for its configuration: the call's operands (xstage_tensor
+    descriptors) pass the same checks as meta tensors first, so that no layer is built for inputs the op rejects.
+    The C library checks the operands' memory and devices at the call."""
+    meta = [_tensors.meta_tensor(d) if d is not None else None for d in operands]
+    x, topk_ids, _, w1, w2, _, _ = meta
+    device = operands[0].device if operands[0].device >= 0 else None
+    knobs = (tile_n, schedule, cluster_n, cluster_m, timeout_s)
+    comm = _communicator(*meta, group, max_tokens, knobs, device, fake=True)
+    _check_device(device, comm)
+    return _layer(comm, x.shape[0], topk_ids.shape[1], x.shape[1], w2.shape[0], w2.shape[2], w1.dtype, max_tokens, tile_n,
+                  schedule, cluster_n, cluster_m, timeout_s)[1]
+
+
+def _layer_failed(layer: int, message: str) -> str:
+    """The message of the xstage.PlatformError a call of `layer` raises, its C library's being `message` (as the
+    Python path raises it: _failure)."""
+    found = distributed.find_layer(layer)
+    if found is None:
+        return message
+    return str(_failure(*found, layer, _capi.PlatformError(message)))
+
+
+_ops.set_moe_callbacks(_resolve_layer, _layer_failed)
 
 
 def _moe_fake(x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n, cluster_m, timeout_s):
@@ -328,22 +386,16 @@ def moe(
     """
     if torch.compiler.is_compiling():  # raised from here under torch.compile, as in eager
         _check_dtypes(x, topk_ids, topk_weights, w1, w2)
-    args = (
-        x,
-        topk_ids,
-        topk_weights,
-        w1,
-        w2,
-        w1_scales,
-        w2_scales,
-        distributed.group_key(group),
-        int(max_tokens or 0),
-        int(tile_n),
-        schedule,
-        int(cluster_n),
-        int(cluster_m),
-        float(timeout_s),
-    )
-    if _ops.needs_autograd(x, topk_weights, w1, w2):
-        return _ops.forward_only(_OP, _moe_op, *args)
-    return _moe_op(*args)
+    group, max_tokens = distributed.group_key(group), int(max_tokens or 0)
+    tile_n, cluster_n, cluster_m, timeout_s = int(tile_n), int(cluster_n), int(cluster_m), float(timeout_s)
+    args = (x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens, tile_n, schedule, cluster_n,
+            cluster_m, timeout_s)
+    try:
+        if _ops.needs_autograd(x, topk_weights, w1, w2):
+            return _ops.forward_only(_OP, _moe_op, *args)
+        return _moe_op(*args)
+    except RuntimeError as e:
+        _ops.raise_typed(e, lambda: _check_device(x.device.index, _communicator(
+            x, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, group, max_tokens,
+            (tile_n, schedule, cluster_n, cluster_m, timeout_s), x.device.index, fake=False)))
+        raise

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # xstage from PyTorch (docs/PYTHON.md) on a GPU machine (any number of GPUs; one is enough):
 #   1. the pytest suite (tests/python: the CPU tests and, with a GPU, the GPU tests of every op), and with two or
-#      more GPUs the distributed GPU tests again under torchrun, one process per GPU;
+#      more GPUs the distributed GPU tests again under torchrun, one process per GPU; where libxstage_torch.so is
+#      built (the ops' C++ kernels), the GPU tests once more on the ctypes path (XSTAGE_TORCH_LIBRARY=none);
 #   2. each op timed through torch beside the same kernels timed by the CLI (scripts/gpu/torch_vs_cli.sh, its own
 #      log and archive beside this script's; here ROUNDS rounds, default 1);
 #   3. the diffusers examples (examples/diffusers/: the attention backend, swap_moe, and with two or more GPUs
@@ -11,7 +12,7 @@
 #   XSTAGE_WHEELS  where PyPI cannot be reached: a folder with the wheels scripts/fetch_wheels.sh downloads
 #                  (env.sh's use_wheels installs those this Python lacks)
 #   ROUNDS         rounds of step 2 (default 1)
-# Writes $OUT/python.log and $OUT/python.tar.xz (pytest.xml), and step 2's
+# Writes $OUT/python.log and $OUT/python.tar.xz (pytest.xml, pytest_ctypes.xml), and step 2's
 # $OUT/torch_vs_cli.log and $OUT/torch_vs_cli.tar.xz.
 #
 #   bash scripts/gpu/python.sh
@@ -34,6 +35,17 @@ if [ "$GPUS" -ge 2 ]; then
   step "the distributed GPU tests over $GPUS ranks (torchrun)"
   timed "pytest torchrun" -- timeout 600 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" -m pytest -q -rs \
     -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
+fi
+if [ -e "$XSTAGE_BUILD/libxstage_torch.so" ]; then
+  step "the GPU tests on the ctypes path (XSTAGE_TORCH_LIBRARY=none; the runs above took libxstage_torch.so)"
+  XSTAGE_TORCH_LIBRARY=none timed "pytest, ctypes path" -- timeout 600 python3 -m pytest -q -rs -p no:cacheprovider \
+    -o junit_family=legacy tests/python/gpu --junitxml "$W/pytest_ctypes.xml" || failures=$((failures+1))
+  if [ "$GPUS" -ge 2 ]; then
+    XSTAGE_TORCH_LIBRARY=none timed "pytest torchrun, ctypes path" -- timeout 600 python3 -m torch.distributed.run --standalone \
+      --nproc-per-node "$GPUS" -m pytest -q -rs -p no:cacheprovider tests/python/gpu/test_distributed_gpu.py || failures=$((failures+1))
+  fi
+else
+  echo "no $XSTAGE_BUILD/libxstage_torch.so (this Python's torch is older than 2.10, or it was not built): the runs above took the ctypes path"
 fi
 
 ROUNDS=${ROUNDS:-1} bash scripts/gpu/torch_vs_cli.sh || failures=$((failures+1))

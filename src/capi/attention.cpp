@@ -3,7 +3,8 @@
 // Checks in this order, so that every argument error is reported without touching CUDA (and can be tested
 // on a machine without a GPU): tensors (null, ndim, dtype, shapes, head dim, head-dim stride, device
 // indices), then the C++ validator (strides, alignment, scale), then CUDA (driver, device architecture,
-// that every pointer is device memory of that device, the stream's device), then the launch.
+// that every pointer is device memory of that device, the stream's device), then the launch. The trusted
+// entry point skips the pointer and stream queries only (its caller vouches for both, xstage_c.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,7 +40,7 @@ int to_int(int64_t v, const char* what) {
 
 void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_in, const xstage_tensor* v_in,
                              const xstage_tensor* o_in, const xstage_tensor* lse_in, float softmax_scale,
-                             void* stream) {
+                             void* stream, bool verify_memory) {
   const xstage_tensor& q = require_tensor(q_in, "q");
   const xstage_tensor& k = require_tensor(k_in, "k");
   const xstage_tensor& v = require_tensor(v_in, "v");
@@ -113,12 +114,14 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
 
   require_sm90(device);
   DeviceGuard guard(device);
-  require_device_pointer(q.data, "q", device);
-  require_device_pointer(k.data, "k", device);
-  require_device_pointer(v.data, "v", device);
-  require_device_pointer(o.data, "out", device);
-  if (args.lse != nullptr) require_device_pointer(args.lse, "lse", device);
-  require_stream_on_device(stream, device);
+  if (verify_memory) {
+    require_device_pointer(q.data, "q", device);
+    require_device_pointer(k.data, "k", device);
+    require_device_pointer(v.data, "v", device);
+    require_device_pointer(o.data, "out", device);
+    if (args.lse != nullptr) require_device_pointer(args.lse, "lse", device);
+    require_stream_on_device(stream, device);
+  }
   attention::flash_attention_forward(args, static_cast<cudaStream_t>(stream));
 }
 
@@ -130,6 +133,15 @@ extern "C" XSTAGE_C_API int xstage_flash_attention_forward(const xstage_tensor* 
                                                            const xstage_tensor* lse, float softmax_scale,
                                                            void* stream) {
   return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
-    xstage::capi::flash_attention_forward(q, k, v, out, lse, softmax_scale, stream);
+    xstage::capi::flash_attention_forward(q, k, v, out, lse, softmax_scale, stream, true);
+  });
+}
+
+extern "C" XSTAGE_C_API int xstage_flash_attention_forward_trusted(const xstage_tensor* q, const xstage_tensor* k,
+                                                                   const xstage_tensor* v, const xstage_tensor* out,
+                                                                   const xstage_tensor* lse, float softmax_scale,
+                                                                   void* stream) {
+  return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
+    xstage::capi::flash_attention_forward(q, k, v, out, lse, softmax_scale, stream, false);
   });
 }

@@ -84,7 +84,7 @@ const xstage_tensor& operand(const xstage_tensor* in, const char* name, int32_t 
 
 void moe_forward(xstage_moe* layer, const xstage_tensor* tokens_in, const xstage_tensor* ids_in, const xstage_tensor* weights_in,
                  const xstage_tensor* w1_in, const xstage_tensor* w2_in, const xstage_tensor* w1s_in, const xstage_tensor* w2s_in,
-                 const xstage_tensor* out_in, void* stream) {
+                 const xstage_tensor* out_in, void* stream, bool verify_memory) {
   XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_moe_create)");
   const int32_t device = require_comm(layer->comm).device();
   const moe::MoeProblem& p = layer->problem;
@@ -115,18 +115,20 @@ void moe_forward(xstage_moe* layer, const xstage_tensor* tokens_in, const xstage
   require_disjoint(o, "out", x, "tokens");
 
   DeviceGuard guard(device);
-  const auto pointer = [&](const xstage_tensor& t, const char* name) {
-    if (element_count(t) > 0) require_device_pointer(t.data, name, device);
-  };
-  pointer(x, "tokens");
-  pointer(ids, "topk_ids");
-  pointer(wts, "topk_weights");
-  pointer(w1, "w1");
-  pointer(w2, "w2");
-  if (w1s) pointer(*w1s, "w1_scales");
-  if (w2s) pointer(*w2s, "w2_scales");
-  pointer(o, "out");
-  require_stream_on_device(stream, device);
+  if (verify_memory) {  // the trusted entry point's caller vouches for the pointers and the stream (xstage_c.h)
+    const auto pointer = [&](const xstage_tensor& t, const char* name) {
+      if (element_count(t) > 0) require_device_pointer(t.data, name, device);
+    };
+    pointer(x, "tokens");
+    pointer(ids, "topk_ids");
+    pointer(wts, "topk_weights");
+    pointer(w1, "w1");
+    pointer(w2, "w2");
+    if (w1s) pointer(*w1s, "w1_scales");
+    if (w2s) pointer(*w2s, "w2_scales");
+    pointer(o, "out");
+    require_stream_on_device(stream, device);
+  }
 
   moe::MoeLayerViews v;
   v.tokens = static_cast<int>(T);
@@ -240,7 +242,16 @@ XSTAGE_C_API int xstage_moe_forward(xstage_moe* layer, const xstage_tensor* toke
                                     const xstage_tensor* w1_scales, const xstage_tensor* w2_scales, const xstage_tensor* out,
                                     void* stream) {
   return capi::guarded("xstage_moe_forward", [&] {
-    capi::moe_forward(layer, tokens, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, out, stream);
+    capi::moe_forward(layer, tokens, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, out, stream, true);
+  });
+}
+
+XSTAGE_C_API int xstage_moe_forward_trusted(xstage_moe* layer, const xstage_tensor* tokens, const xstage_tensor* topk_ids,
+                                            const xstage_tensor* topk_weights, const xstage_tensor* w1, const xstage_tensor* w2,
+                                            const xstage_tensor* w1_scales, const xstage_tensor* w2_scales,
+                                            const xstage_tensor* out, void* stream) {
+  return capi::guarded("xstage_moe_forward", [&] {
+    capi::moe_forward(layer, tokens, topk_ids, topk_weights, w1, w2, w1_scales, w2_scales, out, stream, false);
   });
 }
 

@@ -14,6 +14,12 @@
  *   - GPU work is enqueued on the caller's CUDA stream (a cudaStream_t passed as void*; NULL is the legacy
  *     default stream of the tensors' device) and is asynchronous: no host synchronisation, no allocation.
  *     Calls are safe to capture into CUDA graphs.
+ *   - Each forward function has a `_trusted` twin for bindings whose tensors come from a framework's device
+ *     allocator and whose stream is the framework's current stream of the tensors' device (PyTorch's ops
+ *     library, src/torch_ops/): it makes every check of its twin except the per-call CUDA queries that
+ *     confirm those two facts (cudaPointerGetAttributes per tensor, the stream's device), a few microseconds
+ *     of host time each. Passing host memory, another device's memory or another device's stream to a
+ *     `_trusted` function is undefined behaviour.
  *
  * Versioning: XSTAGE_C_ABI_VERSION changes whenever a declaration here changes layout or meaning. New
  * operations are added as new functions (look them up by name) and do not change it. Bindings check
@@ -106,6 +112,11 @@ XSTAGE_C_API int xstage_check_device(int32_t device);
 XSTAGE_C_API int xstage_flash_attention_forward(const xstage_tensor* q, const xstage_tensor* k,
                                                 const xstage_tensor* v, const xstage_tensor* out,
                                                 const xstage_tensor* lse, float softmax_scale, void* stream);
+
+/* xstage_flash_attention_forward without the pointer and stream queries (Conventions: `_trusted`). */
+XSTAGE_C_API int xstage_flash_attention_forward_trusted(const xstage_tensor* q, const xstage_tensor* k,
+                                                        const xstage_tensor* v, const xstage_tensor* out,
+                                                        const xstage_tensor* lse, float softmax_scale, void* stream);
 
 /* ----------------------------------------------------------------------------------------------------
  * Communicator: one per process and process group, over NCCL 2.28 (comm::Runtime). All ranks must be
@@ -243,6 +254,12 @@ XSTAGE_C_API int xstage_moe_forward(xstage_moe* layer, const xstage_tensor* toke
                                     const xstage_tensor* topk_weights, const xstage_tensor* w1,
                                     const xstage_tensor* w2, const xstage_tensor* w1_scales,
                                     const xstage_tensor* w2_scales, const xstage_tensor* out, void* stream);
+
+/* xstage_moe_forward without the pointer and stream queries (Conventions: `_trusted`). */
+XSTAGE_C_API int xstage_moe_forward_trusted(xstage_moe* layer, const xstage_tensor* tokens, const xstage_tensor* topk_ids,
+                                            const xstage_tensor* topk_weights, const xstage_tensor* w1,
+                                            const xstage_tensor* w2, const xstage_tensor* w1_scales,
+                                            const xstage_tensor* w2_scales, const xstage_tensor* out, void* stream);
 
 /* Non-blocking; reports what the device found in earlier calls, each once:
  *   XSTAGE_ERROR_INPUT     router ids were dropped (outside [0, experts), or repeated in a token's top-k): the

@@ -108,24 +108,43 @@ MANYLINUX_MAX = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 29), "CXXABI": (1, 3, 13), 
 MANYLINUX_LIBS = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6", "ld-linux-x86-64.so.2", "libnccl.so.2"}
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("readelf") is None, reason="no binutils")
-def test_library_meets_the_wheels_manylinux_tag(c_library):
+def _meets_manylinux(path, needed_beyond):
+    """The library at `path` references no symbol version newer than the tag allows and needs only the policy's
+    libraries and `needed_beyond`."""
     import re
-    import tomllib
 
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
-        overrides = tomllib.load(f)["tool"]["scikit-build"]["overrides"]
-    assert [o["wheel"]["tags"] for o in overrides if "tags" in o.get("wheel", {})] == [[f"py3-none-{MANYLINUX}"]]
-    symbols = subprocess.run(["objdump", "-T", _library_file()], capture_output=True, text=True, check=True).stdout
+    symbols = subprocess.run(["objdump", "-T", path], capture_output=True, text=True, check=True).stdout
     newest = {}
     for family, version in re.findall(r"\b(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+)\b", symbols):
         newest[family] = max(newest.get(family, ()), tuple(int(x) for x in version.split(".")))
     assert newest.get("GLIBC"), symbols[:500]
     too_new = {f: v for f, v in newest.items() if v > MANYLINUX_MAX[f]}
-    assert not too_new, f"the library needs {too_new}, newer than {MANYLINUX} allows: change the tag in pyproject.toml"
-    out = subprocess.run(["readelf", "-d", _library_file()], capture_output=True, text=True, check=True).stdout
+    assert not too_new, f"{path} needs {too_new}, newer than {MANYLINUX} allows: change the tag in pyproject.toml"
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
     needed = {line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line}
-    assert needed <= MANYLINUX_LIBS, needed
+    assert needed <= MANYLINUX_LIBS | needed_beyond, needed
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("readelf") is None, reason="no binutils")
+def test_library_meets_the_wheels_manylinux_tag(c_library):
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
+        overrides = tomllib.load(f)["tool"]["scikit-build"]["overrides"]
+    assert [o["wheel"]["tags"] for o in overrides if "tags" in o.get("wheel", {})] == [[f"py3-none-{MANYLINUX}"]]
+    _meets_manylinux(_library_file(), set())
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("readelf") is None, reason="no binutils")
+def test_torch_library_meets_the_wheels_manylinux_tag(c_library):
+    """libxstage_torch.so, also in the wheel: beyond the policy it needs the C library beside it and libtorch from
+    torch's environment."""
+    from xstage import _ops
+
+    path = _ops.torch_library_path()
+    if path is None or not os.path.isfile(path):
+        pytest.skip(f"{_ops.TORCH_LIBRARY_NAME} not built or not used here")
+    _meets_manylinux(path, {"libxstage_c.so", "libtorch_cpu.so", "libtorch_cuda.so"})
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
@@ -139,6 +158,7 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_last_error",
         "xstage_check_device",
         "xstage_flash_attention_forward",
+        "xstage_flash_attention_forward_trusted",
         "xstage_comm_unique_id",
         "xstage_comm_create",
         "xstage_comm_info",
@@ -155,6 +175,7 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_moe_check_config",
         "xstage_moe_create",
         "xstage_moe_forward",
+        "xstage_moe_forward_trusted",
         "xstage_moe_poll",
         "xstage_moe_ended",
         "xstage_moe_destroy",

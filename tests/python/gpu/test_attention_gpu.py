@@ -239,6 +239,27 @@ def test_expandable_segments_memory():
 
 
 @hopper
+def test_cpp_kernel_and_python_path_agree():
+    """Where libxstage_torch.so serves the op (torch >= 2.10 and the library built), its C++ kernel and the Python
+    implementation (the ctypes path, called directly) launch the same kernel: equal outputs and LSE, bit for bit,
+    on a strided layout and on another device than the current one's stream."""
+    from xstage import _ops, attention
+
+    q, k, v = make_qkv(2, 1000, 777, 4, 128, "bhsd", seed=5)
+    out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    path = _ops.torch_library_path()
+    if path is not None and os.path.isfile(path):
+        assert _ops.torch_library() == path, "the first CUDA call should have loaded libxstage_torch.so"
+    py_out, py_lse = attention._flash_attention_impl(q, k, v, 1 / math.sqrt(128), True)
+    assert torch.equal(out, py_out) and torch.equal(lse, py_lse)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        side = xstage.flash_attention(q, k, v)  # torch's current stream, as the Python path takes it
+    stream.synchronize()
+    assert torch.equal(side, out)
+
+
+@hopper
 def test_errors_on_cuda_tensors():
     q = torch.zeros(1, 64, 2, 64, device="cuda", dtype=BF16)
     with pytest.raises(TypeError, match="k has dtype torch.float16"):

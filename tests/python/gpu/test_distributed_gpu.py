@@ -25,6 +25,7 @@ left waiting in a collective the others skipped.
     ended by a timeout rebuilt.
 """
 
+import importlib
 import math
 import os
 import tempfile
@@ -522,6 +523,36 @@ def test_teardown_and_init_again(comm):
     again = xstage.distributed.init()
     assert again is not comm and again.world_size == comm.world_size and comm.handle is None
     assert global_all(torch.equal(xstage.ulysses_attention(q, k, v), before))
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [BF16, FP8], ids=["bf16", "fp8"])
+def test_moe_cpp_kernel_and_python_path_agree(comm, dtype):
+    """Where libxstage_torch.so serves the op (torch >= 2.10 and the library built), its C++ kernel and the Python
+    implementation (the ctypes path, called directly) run the same layer: the same output, and the kernel finds
+    the layer the first call built (no second one). After teardown and init, the kernel's cached handle is gone:
+    the same configuration gets the new communicator's layer."""
+    from xstage import _ops
+
+    moe_module = importlib.import_module("xstage.moe")  # the module (xstage.moe is the function)
+
+    E, K, h, inter, T = 16, 4, 1024, 512, 256
+    P, r = world()
+    w1, w2, x, ids, wts = moe_problem(E, K, h, inter, T, seed=11)
+    p = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r), dtype=dtype)
+    out = xstage.moe(x, ids, wts, *p[:4], max_tokens=T)
+    path = _ops.torch_library_path()
+    if path is not None and os.path.isfile(path):
+        assert _ops.torch_library() == path, "the first CUDA call should have loaded libxstage_torch.so"
+    layers = len(comm_now().layers())
+    args = (x, ids, wts, *p[:4], xstage.distributed.group_key(None), T, 0, "auto", 0, 1, 10.0)
+    assert rel_l2(moe_module._moe_impl(*args), out) <= 1e-3
+    assert rel_l2(xstage.moe(x, ids, wts, *p[:4], max_tokens=T), out) <= 1e-3
+    assert len(comm_now().layers()) == layers
+    xstage.distributed.teardown()
+    again = xstage.distributed.init()
+    assert rel_l2(xstage.moe(x, ids, wts, *p[:4], max_tokens=T), out) <= 1e-3
+    assert len(again.layers()) == 1
 
 
 @hopper

@@ -23,7 +23,7 @@ std::string unknown_subcommand(const CLI::App& app) {
     at = parsed.front();
     path += " " + at->get_name();
   }
-  const std::vector<std::string> left = at->remaining();
+  const std::vector<std::string> left = app.remaining(true);  // a word a subcommand passed up is its parent's
   std::string known;
   for (const CLI::App* sub : at->get_subcommands({}))
     if (!sub->get_name().empty()) known += (known.empty() ? "" : ", ") + sub->get_name();

@@ -634,7 +634,7 @@ void validate_args(const MoeArgs& args, bool check) {
   dtype_list(args.dtypes);
   if (!check) {
     const std::string config = bench_config_file(args);
-    const auto grid = read_grid(config);
+    const auto grid = with_option_name("--config", [&] { return read_grid(config); });
     XSTAGE_REQUIRE(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
                    "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "' with --dtype '" +
                        args.dtypes + "'");

@@ -48,7 +48,7 @@ std::pair<double, std::string> split_number(const std::string& text, const std::
                                             const char* expected) {
   const std::string s = trim(text);
   const std::size_t n = decimal_length(s);
-  if (n == 0) throw InputError(what + ": '" + text + "' is not a decimal number (expected e.g. " + expected + ")");
+  if (n == 0) throw InputError(what + ": '" + text + "' is not a number (expected e.g. " + expected + ")");
   const double value = std::strtod(s.substr(0, n).c_str(), nullptr);
   if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is not a finite number");
   if (value < 0.0) throw InputError(what + ": must not be negative (got '" + text + "')");
@@ -66,7 +66,7 @@ std::string printf_string(const char* fmt, double a, const char* unit) {
 double parse_decimal(const std::string& text, const std::string& what) {
   const std::size_t n = decimal_length(text);
   if (n == 0 || n != text.size())
-    throw InputError(what + ": '" + text + "' is not a decimal number (expected e.g. 12, 0.5 or 1e3)");
+    throw InputError(what + ": '" + text + "' is not a number (expected a decimal such as 12, 0.5 or 1e3)");
   const double value = std::strtod(text.c_str(), nullptr);
   if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is beyond the range of a number");
   return value;

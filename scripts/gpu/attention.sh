@@ -27,7 +27,7 @@ status=0
 } 2>&1 | tee "$LOG"
 
 echo "== check" | tee -a "$LOG"
-timeout 100 "$BIN" attention check --json "$OUT/check.json" 2>&1 | tee -a "$LOG"
+timeout 100 "$BIN" attention check --out "$OUT/check.json" 2>&1 | tee -a "$LOG"
 check_rc=${PIPESTATUS[0]}
 [[ $check_rc -ne 0 ]] && status=1
 
@@ -37,7 +37,7 @@ if [[ $check_rc -eq 124 ]]; then
 fi
 echo "== bench (xstage)" | tee -a "$LOG"
 if [[ -z "${SKIP_KERNEL:-}" ]]; then
-  timeout 120 "$BIN" attention bench "${BENCH_ARGS[@]}" --json "$OUT/bench_xstage.json" 2>&1 | tee -a "$LOG"
+  timeout 120 "$BIN" attention bench "${BENCH_ARGS[@]}" --out "$OUT/bench_xstage.json" 2>&1 | tee -a "$LOG"
   bench_rc=${PIPESTATUS[0]}
   [[ $bench_rc -ne 0 ]] && { echo "xstage attention bench failed: rc=$bench_rc" | tee -a "$LOG"; status=1; }
 fi

@@ -22,7 +22,7 @@ for v in $VARIANTS; do
 done
 for r in $(seq 1 "$ROUNDS"); do
   for v in $VARIANTS; do
-    timeout 90 ".carry-attn/xstage_$v" attention bench --head-dims "$HEAD_DIMS" --reps 15 --json "$W/bench_${v}_$r.json" >> "$W/bench.log" 2>&1
+    timeout 90 ".carry-attn/xstage_$v" attention bench --head-dims "$HEAD_DIMS" --trials 15 --out "$W/bench_${v}_$r.json" >> "$W/bench.log" 2>&1
     echo "round $r variant $v rc=$?" | tee -a "$LOG"
   done
   timeout 90 python3 tools/attention_cudnn_bench.py --head-dims "$HEAD_DIMS" --backends cudnn --reps 15 \

@@ -49,7 +49,7 @@ std::pair<double, std::string> split_number(const std::string& text, const std::
   const std::string s = trim(text);
   const std::size_t n = decimal_length(s);
   if (n == 0) throw InputError(what + ": '" + text + "' is not a number (expected e.g. " + expected + ")");
-  const double value = std::strtod(s.substr(0, n).c_str(), nullptr);
+  const double value = std::strtod(s.substr(0, n).c_str(), nullptr) + 0.0;  // + 0.0: "-0" is 0, not a negative zero
   if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is not a finite number");
   if (value < 0.0) throw InputError(what + ": must not be negative (got '" + text + "')");
   return {value, trim(s.substr(n))};
@@ -67,7 +67,7 @@ double parse_decimal(const std::string& text, const std::string& what) {
   const std::size_t n = decimal_length(text);
   if (n == 0 || n != text.size())
     throw InputError(what + ": '" + text + "' is not a number (expected a decimal such as 12, 0.5 or 1e3)");
-  const double value = std::strtod(text.c_str(), nullptr);
+  const double value = std::strtod(text.c_str(), nullptr) + 0.0;  // "-0" is 0, not a negative zero
   if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is beyond the range of a number");
   return value;
 }

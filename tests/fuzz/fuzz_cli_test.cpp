@@ -7,33 +7,35 @@
 //   - for a GPU command whose arguments are valid, the missing GPU (exit 3),
 // never a signal, never an internal error (exit 1), never past 10 s or 1 GiB.
 //
+// A case is the xstage command line (cli::run, the code of the binary) in a forked child of this test: a new
+// process per case, with its own exit status, signal, time and peak memory, but without loading the CUDA libraries
+// again (what costs an `xstage` process most of its start).
+//
 // XSTAGE_FUZZ_CASES (default 3000), XSTAGE_FUZZ_SEED (default 29) and XSTAGE_FUZZ_JOBS (default 2) change the run;
 // a failing case is printed as a command line that reproduces it (its files are kept under the printed folder).
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <mutex>
+#include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-extern char** environ;
+#include "cli/run.hpp"
 
 namespace {
 
@@ -106,19 +108,16 @@ struct OptionGen {
 };
 
 OptionGen opt(const std::string& name, const std::vector<std::string>& pool) {
-  return {name, [&pool](Rng& rng) { return pick(rng, pool); }};
+  return {name, [pool](Rng& rng) { return pick(rng, pool); }};
 }
 OptionGen opt_list(const std::string& name, const std::vector<std::string>& pool) {
-  return {name, [&pool](Rng& rng) { return list_of(rng, pool); }};
+  return {name, [pool](Rng& rng) { return list_of(rng, pool); }};
 }
 OptionGen opt_rule() {
   return {"--rule", [](Rng& rng) {
             if (chance(rng, 0.05)) return std::string("no_equals_sign");
             return pick(rng, kRuleNames) + "=" + (chance(rng, 0.5) ? pick(rng, kReals) : pick(rng, kInts));
           }};
-}
-OptionGen opt_words(const std::string& name, std::vector<std::string> words) {
-  return {name, [words](Rng& rng) { return pick(rng, words); }};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -155,7 +154,7 @@ struct CommandGen {
 
 std::vector<CommandGen> command_generators() {
   std::vector<CommandGen> g;
-  const std::vector<OptionGen> common = {opt_words("--store-path", {"st_global_16B", "tma_bulk", "st_global_8B", ""})};
+  const std::vector<OptionGen> common = {opt("--store-path", {"st_global_16B", "tma_bulk", "st_global_8B", ""})};
   auto with = [&](std::vector<OptionGen> o) {
     o.insert(o.end(), common.begin(), common.end());
     return o;
@@ -178,9 +177,9 @@ std::vector<CommandGen> command_generators() {
   g.push_back({"moe-layer",
                {"plan", "moe", "--hidden", "256", "--inter", "128", "--experts", "8", "--top-k", "2", "--tokens", "64"},
                with({opt("--hidden", kInts), opt("--inter", kInts), opt("--experts", kInts), opt("--top-k", kInts),
-                     opt("--tokens", kInts), opt("--ranks", kInts), opt_words("--dtype", {"bf16", "fp8", "fp16", ""}),
+                     opt("--tokens", kInts), opt("--ranks", kInts), opt("--dtype", {"bf16", "fp8", "fp16", ""}),
                      opt("--t-lat", kTimes), opt("--jitter", kReals), opt("--tflops", kReals), opt("--sms", kInts),
-                     opt_words("--tile", {"128x128", "128x256", "64x128", "128x512", "x"}), {"--choose", nullptr}, opt_rule(),
+                     opt("--tile", {"128x128", "128x256", "64x128", "128x512", "x"}), {"--choose", nullptr}, opt_rule(),
                      opt_rule(), {"--json", nullptr}})});
   g.push_back({"attention",
                {"plan", "attention", "--seq-len", "1024,8192", "--sigma", "0.79us"},
@@ -190,20 +189,20 @@ std::vector<CommandGen> command_generators() {
                      opt("--sms", kInts), {"--json", nullptr}})});
   // GPU commands: their arguments are checked before any GPU is looked for.
   const std::vector<OptionGen> moe_common = {opt("--gpus", kInts), opt("--seed", kInts),
-                                             opt_words("--impl", {"megamoe-wave", "nope", "", ",", "unfused-loop,,megamoe-auto"}),
+                                             opt("--impl", {"megamoe-wave", "nope", "", ",", "unfused-loop,,megamoe-auto"}),
                                              opt("--lead", kInts), opt("--wave", kInts), opt("--device-timeout-s", kReals),
                                              opt("--tile-n", kInts), opt("--cluster", kInts), opt("--cluster-m", kInts),
-                                             opt_words("--dtype", {"bf16", "fp8", "bf16,fp8", "fp16", "", ",fp8"})};
+                                             opt("--dtype", {"bf16", "fp8", "bf16,fp8", "fp16", "", ",fp8"})};
   auto moe_with = [&](std::vector<OptionGen> o) {
     o.insert(o.end(), moe_common.begin(), moe_common.end());
     return o;
   };
   g.push_back({"moe-bench", {"moe", "bench", "--filter", "deepseek-v3"},
                moe_with({opt("--trials", kInts), opt("--warmup-ms", kReals), opt("--trial-gap-ms", kReals),
-                         opt_words("--filter", {"deepseek-v3", "", "a,,b", "zzz", "/fp8"})}),
+                         opt("--filter", {"deepseek-v3", "", "a,,b", "zzz", "/fp8"})}),
                true});
   g.push_back({"moe-check", {"moe", "check", "--cases", "k2-balanced"},
-               moe_with({opt_words("--cases", {"k2-balanced", "", ",", "zzz"})}), true});
+               moe_with({opt("--cases", {"k2-balanced", "", ",", "zzz"})}), true});
   g.push_back({"attention-bench", {"attention", "bench"},
                {opt_list("--head-dims", kInts), opt_list("--heads", kInts), opt_list("--seqlens", kInts), opt("--batch", kInts),
                 opt("--trials", kInts), opt("--reps", kInts), opt("--warmup-ms", kReals)},
@@ -217,9 +216,9 @@ std::vector<CommandGen> command_generators() {
   g.push_back({"ulysses-check", {"attention", "ulysses", "check", "--quick"},
                {opt("--virtual-ranks", kInts), opt("--seed", kInts), opt("--launches", kInts), opt("--gpus", kInts)}, true});
   g.push_back({"calibrate", {"calibrate", "--quick", "--no-plots", "--out", "/tmp/xstage-fuzz-calibrate"},
-               {opt("--gpus", kInts), opt_words("--paths", {"st_global_16B", "tma_bulk,st_global_16B", "", ",", "tma"}),
+               {opt("--gpus", kInts), opt("--paths", {"st_global_16B", "tma_bulk,st_global_16B", "", ",", "tma"}),
                 opt_list("--K", kInts), opt_list("--heldout-K", kInts), opt_list("--B-kib", kInts),
-                opt_words("--pairing", {"ring", "one-way", "all-peers", "sideways", ""})},
+                opt("--pairing", {"ring", "one-way", "all-peers", "sideways", ""})},
                true});
   return g;
 }
@@ -270,10 +269,12 @@ void leaves(const json& v, const std::string& at, std::vector<std::string>& out)
   if (!at.empty() && (v.is_object() || v.is_array())) out.push_back(at);
 }
 
+// Past every range, wrong types, and valid extremes (the ends of every platform and grid range).
 const std::vector<json> kJsonValues = {1e-308, 1e308, -1, 0, 1e300, -0.0, 1.5, 132.0, 1e-3, 100001.0, 2147483648LL,
                                        9223372036854775807LL, json(18446744073709551615ULL), -9223372036854775807LL - 1,
                                        "text", "", nullptr, true, json::array(), json::object(), json::array({1, 2}),
-                                       1000000, 1000001, 68719476737LL, 4194305, 131073, 65537, 1025, 7, 1, 2, 256, 1e-9};
+                                       1000000, 1000001, 68719476737LL, 4194305, 131073, 65537, 1025, 7, 1, 2, 256, 1e-9,
+                                       0.001, 1e5, 1e10, 1.0, 1099511627776.0, 68719476736LL, 131072, 65536, 4194304, 1024, 8};
 
 // A mutated copy of `doc` as text: a leaf replaced or removed, an unknown key added, or the text itself damaged.
 std::string mutate_json(Rng& rng, json doc) {
@@ -282,7 +283,10 @@ std::string mutate_json(Rng& rng, json doc) {
   const int how = std::uniform_int_distribution<int>(0, 9)(rng);
   if (how <= 4) {
     const int n = std::uniform_int_distribution<int>(1, 2)(rng);
-    for (int i = 0; i < n; ++i) doc[json::json_pointer(pick(rng, ptrs))] = pick(rng, kJsonValues);
+    for (int i = 0; i < n; ++i) {
+      const json::json_pointer p(pick(rng, ptrs));
+      if (doc.contains(p)) doc[p] = pick(rng, kJsonValues);  // the first mutation may have removed the second's place
+    }
     return doc.dump();
   }
   if (how == 5) {
@@ -331,54 +335,27 @@ struct Outcome {
   std::string out, err;
 };
 
-Outcome run(const Case& c, const std::string& scratch) {
-  const std::string out_path = scratch + "/stdout", err_path = scratch + "/stderr";
-  std::vector<std::string> args = {XSTAGE_BINARY};
+// Starts case `c` in a child that runs the command line with no GPU visible, its output in `scratch`.
+pid_t start(const Case& c, const std::string& scratch) {
+  std::fflush(nullptr);  // nothing buffered here may be written twice
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // The child: a fresh `xstage` in all but the libraries already loaded (CUDA is not initialized in the parent).
+  const int in = open("/dev/null", O_RDONLY);
+  const int out = open((scratch + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const int err = open((scratch + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(125);
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+  std::vector<std::string> args = {"xstage"};
   args.insert(args.end(), c.argv.begin(), c.argv.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::vector<std::string> env_store = {"CUDA_VISIBLE_DEVICES="};
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0 && std::string(*e).rfind("RANK=", 0) != 0 &&
-        std::string(*e).rfind("WORLD_SIZE=", 0) != 0)
-      env_store.push_back(*e);
-  std::vector<char*> envp;
-  for (std::string& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  Outcome o;
-  pid_t pid = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    o.err = "posix_spawn failed: " + std::to_string(rc);
-    return o;
-  }
-  int raw = 0;
-  rusage ru{};
-  for (int wait_us = 200;; wait_us = std::min(wait_us * 2, 20000)) {
-    const pid_t done = wait4(pid, &raw, WNOHANG, &ru);
-    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (done == pid) break;
-    if (o.seconds > kMaxSeconds && !o.timed_out) {
-      o.timed_out = true;
-      kill(pid, SIGKILL);
-    }
-    usleep(wait_us);
-  }
-  o.maxrss_kib = ru.ru_maxrss;
-  if (WIFEXITED(raw)) o.status = WEXITSTATUS(raw);
-  if (WIFSIGNALED(raw)) o.signal = WTERMSIG(raw);
-  o.out = read_file(out_path);
-  o.err = read_file(err_path);
-  return o;
+  const int rc = xstage::cli::run(static_cast<int>(args.size()), argv.data());
+  std::fflush(nullptr);
+  std::cout.flush();
+  _exit(rc);  // no atexit handlers of the test process
 }
 
 // Every number finite, and negative only under a margin; null only where a result has no such value.
@@ -427,14 +404,18 @@ std::string check_text(const std::string& out) {
   return {};
 }
 
-// Does the error name something the case was given: an option it typed, or its file?
+// Does the error name what was wrong: an option it typed or the one it lacks, the file it was given, or (random
+// words) the word that was not expected?
 bool names_input(const std::string& msg, const Case& c) {
   if (!c.file.empty() && msg.find(c.file) != std::string::npos) return true;
-  for (const std::string& a : c.argv) {
-    if (a.size() >= 2 && a[0] == '-' && !std::isdigit(static_cast<unsigned char>(a[1])) && msg.find(a) != std::string::npos) return true;
-    if (c.stray_words && !a.empty() && msg.find("'" + a + "'") != std::string::npos) return true;
-  }
-  return false;
+  for (std::size_t at = msg.find("--"); at != std::string::npos; at = msg.find("--", at + 1))
+    if (at + 2 < msg.size() && std::isalpha(static_cast<unsigned char>(msg[at + 2]))) return true;
+  for (const std::string& a : c.argv)
+    if (a.size() >= 2 && a[0] == '-' && msg.find(a) != std::string::npos) return true;
+  if (c.stray_words)
+    for (const std::string& a : c.argv)
+      if (!a.empty() && msg.size() >= a.size() && msg.compare(msg.size() - a.size(), a.size(), a) == 0) return true;
+  return msg.find("has no subcommand") != std::string::npos || msg.find("subcommand is required") != std::string::npos;
 }
 
 // Empty when the outcome is acceptable, else why not.
@@ -445,7 +426,8 @@ std::string judge(const Case& c, const Outcome& o) {
   for (const char* leak : {"json.exception", "basic_filebuf", "std::", "stoi", "stod", "stoull", "bad_alloc", "internal error"})
     if (o.err.find(leak) != std::string::npos) return "stderr leaks '" + std::string(leak) + "'";
   if (o.status == 0) {
-    if (std::find(c.argv.begin(), c.argv.end(), "--help") != c.argv.end()) return {};
+    for (const char* print_only : {"--help", "-h", "--version"})
+      if (std::find(c.argv.begin(), c.argv.end(), print_only) != c.argv.end()) return {};
     if (std::find(c.argv.begin(), c.argv.end(), "--json") != c.argv.end()) {
       json doc;
       try {
@@ -594,45 +576,69 @@ class CaseMaker {
 TEST(FuzzCli, EveryHostileInvocationEndsInAResultOrAClearError) {
   const std::size_t cases = static_cast<std::size_t>(env_or("XSTAGE_FUZZ_CASES", 3000));
   const std::uint64_t seed = static_cast<std::uint64_t>(env_or("XSTAGE_FUZZ_SEED", 29));
-  const int jobs = static_cast<int>(std::max(1L, env_or("XSTAGE_FUZZ_JOBS", 2)));
+  const std::size_t jobs = static_cast<std::size_t>(std::max(1L, env_or("XSTAGE_FUZZ_JOBS", 2)));
   const fs::path root = fs::temp_directory_path() / ("xstage_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(root);
 
+  // One thread: it forks every child, so no other thread can hold a lock a child would inherit.
+  struct Running {
+    Case c;
+    std::string scratch;
+    std::chrono::steady_clock::time_point t0;
+    bool killed = false;
+  };
+  std::map<pid_t, Running> running;
   CaseMaker maker(seed);
-  std::mutex mu;
   std::vector<std::string> failures;
-  std::atomic<std::size_t> next{0};
-  std::size_t by_status[4] = {0, 0, 0, 0};
+  std::size_t next = 0, by_status[4] = {0, 0, 0, 0};
   double slowest = 0.0;
   long largest = 0;
   std::string slowest_case;
-  auto worker = [&](int slot) {
-    for (std::size_t i; (i = next++) < cases;) {
-      const std::string scratch = (root / ("case" + std::to_string(i))).string();
-      fs::create_directories(scratch);
-      Case c;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        c = maker.make(i, scratch);
-      }
-      const Outcome o = run(c, scratch);
-      const std::string why = judge(c, o);
-      std::lock_guard<std::mutex> lock(mu);
-      if (o.status >= 0 && o.status <= 3) ++by_status[o.status];
-      if (o.seconds > slowest) slowest = o.seconds, slowest_case = describe(c);
-      largest = std::max(largest, o.maxrss_kib);
-      if (why.empty()) {
-        fs::remove_all(scratch);
-      } else {
-        failures.push_back("case " + std::to_string(i) + " (" + c.kind + "): " + why + "\n  " + describe(c) + "\n  stderr: " +
-                           o.err.substr(0, 400));
-      }
+  while (next < cases || !running.empty()) {
+    while (next < cases && running.size() < jobs) {
+      Running r;
+      r.scratch = (root / ("case" + std::to_string(next))).string();
+      fs::create_directories(r.scratch);
+      r.c = maker.make(next, r.scratch);
+      r.t0 = std::chrono::steady_clock::now();
+      const pid_t pid = start(r.c, r.scratch);
+      ASSERT_GT(pid, 0) << "fork failed";
+      running.emplace(pid, std::move(r));
+      ++next;
     }
-    (void)slot;
-  };
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker, j);
-  for (std::thread& t : threads) t.join();
+    int raw = 0;
+    rusage ru{};
+    const pid_t done = wait4(-1, &raw, WNOHANG, &ru);
+    const auto now = std::chrono::steady_clock::now();
+    if (done <= 0) {
+      for (auto& [pid, r] : running)
+        if (!r.killed && std::chrono::duration<double>(now - r.t0).count() > kMaxSeconds) {
+          kill(pid, SIGKILL);
+          r.killed = true;
+        }
+      usleep(500);
+      continue;
+    }
+    const auto it = running.find(done);
+    ASSERT_NE(it, running.end());
+    Running r = std::move(it->second);
+    running.erase(it);
+    Outcome o;
+    o.seconds = std::chrono::duration<double>(now - r.t0).count();
+    o.timed_out = r.killed;
+    o.maxrss_kib = ru.ru_maxrss;
+    if (WIFEXITED(raw)) o.status = WEXITSTATUS(raw);
+    if (WIFSIGNALED(raw)) o.signal = WTERMSIG(raw);
+    o.out = read_file(r.scratch + "/stdout");
+    o.err = read_file(r.scratch + "/stderr");
+    const std::string why = judge(r.c, o);
+    if (o.status >= 0 && o.status <= 3) ++by_status[o.status];
+    if (o.seconds > slowest) slowest = o.seconds, slowest_case = describe(r.c);
+    largest = std::max(largest, o.maxrss_kib);
+    if (why.empty()) fs::remove_all(r.scratch);
+    else
+      failures.push_back(r.c.kind + ": " + why + "\n  " + describe(r.c) + "\n  stderr: " + o.err.substr(0, 400));
+  }
 
   std::printf("fuzz: %zu cases (seed %llu): exit 0: %zu, 2: %zu, 3: %zu, 1: %zu; slowest %.2f s (%s), largest %ld MiB\n", cases,
               static_cast<unsigned long long>(seed), by_status[0], by_status[2], by_status[3], by_status[1], slowest,

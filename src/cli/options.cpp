@@ -58,7 +58,7 @@ CLI::Option* add_integer_list_impl(CLI::App* cmd, const std::string& names, std:
               throw InputError(option + ": more than " + std::to_string(kMaxListElements) + " elements");
           },
           help)
-      ->type_name("INT,...");
+      ->type_name("INT");
 }
 
 }  // namespace

@@ -867,7 +867,8 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
     steps += w.steps;
   }
   if (steps > kMaxPlanSteps)
-    throw InputError(std::string(o.grid.empty() ? "the layer" : "--grid: the " + std::to_string(specs.size()) + " layers") + " need " +
+    throw InputError(std::string(o.grid.empty() ? "the layer (--hidden, --inter, --experts, --top-k, --tokens, --sms) needs "
+                                                : "--grid: the " + std::to_string(specs.size()) + " layers need ") +
                      format_count(steps) + " simulation steps, over the planner's budget of " + format_count(kMaxPlanSteps) +
                      " (docs/MODEL.md)" + (o.choose ? "; --choose doubles the work" : ""));
 

@@ -3,7 +3,7 @@
 //
 //   {"description": "...",                        // optional, free text
 //    "dtypes": ["bf16", "fp8"],                    // 1-2 distinct
-//    "skewed_zipf_s": 1.2,                         // optional, (0, 10]
+//    "skewed_zipf_s": 1.2,                         // optional, [0.001, 10]
 //    "shapes": [{"h": 7168, "h_inter": 2048, "E": 256, "k": 8}, ...],
 //    "tokens_per_rank": [2048, 8192],
 //    "routings": ["balanced", "skewed"],           // 1-2 distinct

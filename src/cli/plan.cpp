@@ -54,8 +54,8 @@ constexpr const char* kDefaultPlatform = "platforms/h200_nvlink4.json";
 // message naming the option (exit 2) before any arithmetic.
 // ---------------------------------------------------------------------------------------------
 
-// Limits beyond which an input is surely a typo (units confused, an extra zero or three). kMaxProducers (K,
-// K_act, K_SM, SMs) comes with the platform file's ranges (model/platform.hpp).
+// Limits beyond which an input is surely a typo (units confused, an extra zero or three). kMaxProducers (K, K_act)
+// and kMaxSmCount (--sms) come with the platform file's ranges (model/platform.hpp).
 constexpr double kMaxBurstBytes = 64.0 * MiB * KiB;  // 64 GiB aggregate
 constexpr double kMaxTimeNs = 10e9;                  // 10 s: any gap, stagger, jitter, latency
 constexpr double kMinTileTimeNs = 1.0;               // a mainloop or Q-loop step faster than 1 ns is a unit mistake
@@ -707,13 +707,16 @@ struct LayerResult {
 
 // The planner's work for one layer, counted before any of it is done (the budget below). The lockstep simulation
 // steps every cluster through every tick of the tile phase, so it costs about the CTA tiles times their length in
-// ticks, plus the ticks of one tile per CTA (the phase cannot be shorter); the combine simulation visits every CTA
-// at each of its events, a few per Linear-2 tile. Its memory holds every CTA tile twice over (timeline and
-// combine), so the tile count is bounded on its own.
+// ticks, plus the ticks of one tile per CTA (the phase cannot be shorter; a tick costs several steps per cluster,
+// whose state no longer fits in cache when there are many); the combine simulation visits every CTA at each of its
+// events, a few per Linear-2 tile; every simulation also sets up and walks per-CTA state. Its memory holds every
+// CTA tile twice over (timeline and combine), so the tile count is bounded on its own.
 struct LayerWork {
   double tiles = 0.0;  // L1 + L2 CTA tiles
   double steps = 0.0;  // cluster-ticks and CTA-visits over every simulation the command runs on the layer
 };
+
+constexpr double kPerCtaSetup = 64.0;  // steps of per-CTA state per simulation (vectors allocated, walked, summed)
 
 LayerWork layer_work(const moe::MoeProblem& pr, int K_SM, double T_L1_ns, double T_L2_ns, int audit_ticks, double audit_jitter,
                      int rule_ticks, bool choose) {
@@ -726,7 +729,7 @@ LayerWork layer_work(const moe::MoeProblem& pr, int K_SM, double T_L1_ns, double
   auto lockstep = [&](int ticks) {
     const double tick = std::min(T_L1_ns, T_L2_ns) / ticks;
     const double t1 = std::max(1.0, std::round(T_L1_ns / tick)), t2 = std::max(1.0, std::round(T_L2_ns / tick));
-    return l1 * t1 + l2 * t2 + static_cast<double>(K_SM) * (t1 + t2);
+    return l1 * t1 + l2 * t2 + 4.0 * K_SM * (t1 + t2) + kPerCtaSetup * K_SM;
   };
   // Tile times that jitter share no events (up to 4 per tile instead of a few per aligned wave): up to 3x the visits.
   const double combine = 8.0 * l2 * K_SM;
@@ -1094,7 +1097,7 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   add_integer(cmd, "--inter", o->inter, 1, kMaxMoeHidden, "expert intermediate size h_inter (also gives D_knee and the tile mix)");
   add_number(cmd, "--tflops", o->tflops, kMinTflops, kMaxTflops, "whole-GPU GEMM throughput assumption, TFLOP/s");
   cmd->add_option("--mix", o->mix, "L1:L2 tiles per steady cycle n1:n2 (default 2*h_inter : h)");
-  add_integer(cmd, "--sms", o->sms, 1, kMaxProducers, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
+  add_integer(cmd, "--sms", o->sms, 1, kMaxSmCount, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
   add_integer(cmd, "--experts", o->experts, 1, kMaxMoeExperts,
               "layer: experts E (all ranks); with --top-k and --tokens: the audit per schedule");
   add_integer(cmd, "--top-k", o->top_k, 1, kMaxMoeTopK, "layer: experts per token k");
@@ -1134,7 +1137,7 @@ void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
               "Ulysses ranks P: (P-1)/P of the output rows leave the rank (default: all of them)");
   cmd->add_option("--t-qk", o->t_qk, "double-buffered cover window G_QK (default sigma/2, one QK^T mainloop)");
   cmd->add_option("--t-lat", o->t_lat, "fixed completion latency for the completion-coupled counterfactual (default 1us)");
-  add_integer(cmd, "--sms", o->sms, 1, kMaxProducers, "SM count for --tflops and the default K (default: the platform's sm_count)");
+  add_integer(cmd, "--sms", o->sms, 1, kMaxSmCount, "SM count for --tflops and the default K (default: the platform's sm_count)");
   cmd->callback([common, o] { run_attention(*common, *o); });
 }
 

@@ -215,7 +215,7 @@ PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& s
     // Free-form record of how the file was made; only sm_count is read (the default K of `xstage plan`).
     const nlohmann::json& prov = doc.at("provenance");
     if (!prov.is_object()) r.fail("/provenance", "must be an object");
-    if (prov.contains("sm_count")) r.integer(prov.at("sm_count"), "/provenance/sm_count", 1, kMaxProducers, "SMs");
+    if (prov.contains("sm_count")) r.integer(prov.at("sm_count"), "/provenance/sm_count", 1, kMaxSmCount, "SMs");
     model.provenance = prov;
   }
 

@@ -79,7 +79,8 @@ inline constexpr double kMaxT_iss0_ns = 1e10;           // 10 s
 inline constexpr double kMinQ_bytes = 1.0;
 inline constexpr double kMaxQ_bytes = 1099511627776.0;  // 1 TiB
 inline constexpr std::int64_t kMaxB_bytes = std::int64_t{1} << 36;  // 64 GiB per producer
-inline constexpr int kMaxProducers = 1'000'000;         // K, and provenance.sm_count
+inline constexpr int kMaxProducers = 1'000'000;         // K: CTAs or warps that store
+inline constexpr int kMaxSmCount = 16384;               // provenance.sm_count (and `xstage plan --sms`)
 inline constexpr std::size_t kMaxPlatformPoints = 100'000;  // per T_iss0 grid or Q list
 
 nlohmann::json to_json(const PlatformModel& model);
@@ -87,7 +88,7 @@ PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& s
 void write_platform_file(const std::string& path, const PlatformModel& model);
 PlatformModel read_platform_file(const std::string& path);  // InputError naming the file and field
 
-// provenance.sm_count when the file records it (checked by the reader to lie in [1, kMaxProducers]), else 0.
+// provenance.sm_count when the file records it (checked by the reader to lie in [1, kMaxSmCount]), else 0.
 int platform_sm_count(const PlatformModel& model);
 
 // Checks what platform_from_json checks, on a model built in memory (the calibration's output): at least

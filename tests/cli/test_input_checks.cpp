@@ -183,10 +183,11 @@ TEST(InputChecksOptions, PlannerWorkIsBoundedAndRefusedQuickly) {
   const auto t0 = std::chrono::steady_clock::now();
   expect_one_line_error(kLayer + " --tokens 4194304", "the layer (--tokens, --top-k, --experts, --hidden, --inter) has");
   expect_one_line_error(kLayer + " --tokens 4194304", "over the planner's limit of 1.5e+06 per layer");
-  expect_one_line_error("plan moe --hidden 256 --inter 128 --experts 65536 --top-k 2 --tokens 64 --sms 1000000",
-                        "the layer (--hidden, --inter, --experts, --top-k, --tokens, --sms) needs");
-  expect_one_line_error("plan moe --hidden 256 --inter 128 --experts 65536 --top-k 2 --tokens 64 --sms 1000000",
-                        "simulation steps, over the planner's budget of 2.5e+09");
+  // A tile phase of many ticks (h / h_inter = 512) on many SMs: few tiles, but every tick visits every CTA.
+  const std::string ticks = "plan moe --hidden 65536 --inter 128 --experts 8 --top-k 2 --tokens 64 --sms 16384";
+  expect_one_line_error(ticks, "the layer (--hidden, --inter, --experts, --top-k, --tokens, --sms) needs");
+  expect_one_line_error(ticks, "simulation steps, over the planner's budget of 2.5e+09");
+  expect_one_line_error(ticks + "0", "--sms: must be an integer in [1, 16384] (got 163840)");
   expect_one_line_error("plan pattern -K 5000 -B 1KiB -G 0,1us --simulate --bursts 1000", "--simulate: 5000 producers x 1000 bursts x 2 gap(s)");
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }

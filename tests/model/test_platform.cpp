@@ -187,7 +187,8 @@ TEST_F(PlatformFileTest, ValuesOutsideTheirPhysicalRangeAreRefused) {
       {"/store_paths/st_global_16B/T_iss0/0/K", 2000000, "[1, 1000000] producers"},
       {"/store_paths/tma_bulk/Q/2/Q_bytes", 1e13, "[1, 1.09951e+12] bytes"},
       {"/store_paths/tma_bulk/Q/2/K", -3, "[1, 1000000] producers"},
-      {"/provenance/sm_count", 0, "[1, 1000000] SMs"},
+      {"/provenance/sm_count", 0, "[1, 16384] SMs"},
+      {"/provenance/sm_count", 16385, "[1, 16384] SMs"},
   };
   for (const auto& c : cases) {
     nlohmann::json doc = to_json(synthetic_model());

@@ -189,6 +189,10 @@ TEST(InputChecksOptions, PlannerWorkIsBoundedAndRefusedQuickly) {
   expect_one_line_error(ticks, "simulation steps, over the planner's budget of 2.5e+09");
   expect_one_line_error(ticks + "0", "--sms: must be an integer in [1, 16384] (got 163840)");
   expect_one_line_error("plan pattern -K 5000 -B 1KiB -G 0,1us --simulate --bursts 1000", "--simulate: 5000 producers x 1000 bursts x 2 gap(s)");
+  std::string gaps;  // a 20-gap sweep, simulated (it used to take 30 s)
+  for (int g = 0; g < 20; ++g) gaps += (g ? "," : "") + std::to_string(g) + "us";
+  expect_one_line_error("plan pattern -K 132 -B 32KiB -G " + gaps + " --simulate --bursts 1000",
+                        "--simulate: 132 producers x 1000 bursts x 20 gap(s) is 1.39e+09 producer-steps, over the planner's budget of 2.5e+08");
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 

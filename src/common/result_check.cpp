@@ -1,4 +1,4 @@
-#include "cli/result_check.hpp"
+#include "common/result_check.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include "common/error.hpp"
 #include "common/json_file.hpp"
 
-namespace xstage::cli {
+namespace xstage {
 
 namespace {
 
@@ -39,4 +39,4 @@ void check(const nlohmann::json& v, const std::string& at, bool may_be_negative)
 
 void require_sane_result(const nlohmann::json& result) { check(result, "", false); }
 
-}  // namespace xstage::cli
+}  // namespace xstage

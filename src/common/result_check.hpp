@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace xstage::cli {
+namespace xstage {
 
 // Throws xstage::Error("internal error: ...") naming the first offending field by its JSON pointer.
 void require_sane_result(const nlohmann::json& result);
 
-}  // namespace xstage::cli
+}  // namespace xstage

@@ -29,14 +29,14 @@ date -u
 command -v cuobjdump >/dev/null && echo "HGMMA instructions in $X: $(cuobjdump --dump-sass "$X" 2>/dev/null | grep -c HGMMA)"
 
 step "xstage attention check"
-timeout 100 "$X" attention check --json "$W/check.json"
+timeout 100 "$X" attention check --out "$W/check.json"
 check_rc=$?
 [ $check_rc = 0 ] || failures=$((failures+1))
 [ $check_rc = 124 ] && echo "check timed out (a hang): the kernel's bench and the sanitizers are skipped"
 
 if [ $check_rc != 124 ]; then
   step "xstage attention bench"
-  timed "bench" -- timeout 120 "$X" attention bench "${BENCH_ARGS[@]}" --json "$W/bench_xstage.json" || failures=$((failures+1))
+  timed "bench" -- timeout 120 "$X" attention bench "${BENCH_ARGS[@]}" --out "$W/bench_xstage.json" || failures=$((failures+1))
 fi
 
 step "torch SDPA's cuDNN backend and xstage's kernel, in turn"

@@ -31,7 +31,7 @@ for i in $(seq 1 "$ROUNDS"); do
   timed "time_ops $i" -- timeout 300 python3 tools/python/time_ops.py --moe-dtypes bf16 --schedules auto,interleaved \
     --out "$W/time_ops_$i.json" || failures=$((failures+1))
   timed "attention bench $i" -- timeout 120 "$X" attention bench --seqlens 8192 --heads 4,12 --head-dims 128,64 \
-    --json "$W/attention_bench_$i.json" || failures=$((failures+1))
+    --out "$W/attention_bench_$i.json" || failures=$((failures+1))
   timed "moe bench $i" -- timeout 200 "$X" moe bench --gpus 1 --dtype bf16 --filter "deepseek-v3:h7168-i2048-e256-k8/t4096/balanced" \
     --impl megamoe-auto,megamoe-interleaved --out "$W/moe_bench_$i.json" || failures=$((failures+1))
 done

@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.l
 date -u
 
 step "the attention kernel alone (plain epilogue): xstage attention check"
-timed "attention check" -- timeout 120 "$X" attention check --json "$W/attention_check.json" || failures=$((failures+1))
+timed "attention check" -- timeout 120 "$X" attention check --out "$W/attention_check.json" || failures=$((failures+1))
 
 step "ulysses check: $GPUS real rank(s)"
 timed "check real" -- timeout 300 "$X" attention ulysses check --gpus "$GPUS" --out "$W/check_real.json" || failures=$((failures+1))

@@ -22,6 +22,7 @@
 #include "attention/flash_fwd.hpp"
 #include "attention/reference.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_facts.hpp"
 #include "common/error.hpp"
@@ -265,7 +266,7 @@ nlohmann::json gpu_json() {
 struct CheckOptions {
   bool quick = false;
   uint64_t seed = 0;
-  std::string json_path;
+  std::string out;  // results as JSON
 };
 
 void run_check(const CheckOptions& opt) {
@@ -293,8 +294,8 @@ void run_check(const CheckOptions& opt) {
                      {"gpu_reference_vs_float64_rel_l2", r.ref_vs_cpu_rel},
                      {"passed", r.passed}});
   }
-  if (!opt.json_path.empty()) {
-    write_json_file(opt.json_path, {{"command", command_line()},
+  if (!opt.out.empty()) {
+    write_json_file(opt.out, {{"command", command_line()},
                                     {"timestamp", utc_timestamp()},
                                     {"gpu", gpu_json()},
                                     {"seed", seed},
@@ -310,17 +311,16 @@ struct BenchOptions {
   std::vector<int> heads{4, 12};
   std::vector<int> seqlens{4096, 8192, 16384, 32768, 65536};
   int batch = 1;
-  int reps = 20;
+  int trials = 20;
   double warmup_ms = 200;
-  std::string json_path;
+  std::string out;  // results as JSON
 };
 
 void run_bench(const BenchOptions& opt) {
+  for (int d : opt.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: the kernel takes 64 and/or 128 (got " + std::to_string(d) + ")");
   require_gpu();
-  XSTAGE_REQUIRE(opt.batch >= 1 && opt.reps >= 1, "--batch and --reps must be >= 1");
-  for (int d : opt.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims takes 64 and/or 128");
   nlohmann::json points = nlohmann::json::array();
-  std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.reps);
+  std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.trials);
   std::printf("%5s %6s %7s %12s %10s  %s\n", "d", "heads", "M", "time_ms", "TFLOP/s", "tile");
   bool first = true;
   const int num_sms = device_facts(0).sm_count;
@@ -349,7 +349,7 @@ void run_bench(const BenchOptions& opt) {
         first = false;
         const double estimate = median(time_launches_ms(launch, 3, 1, nullptr));
         const int inner = std::max(1, int(std::ceil(2.0 / std::max(estimate, 1e-3))));  // >= ~2 ms per timing
-        const auto times = time_launches_ms(launch, opt.reps, inner, nullptr);
+        const auto times = time_launches_ms(launch, opt.trials, inner, nullptr);
         const double t_ms = median(times);
         const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;
         const double tflops = flops / (t_ms * 1e-3) / 1e12;
@@ -370,8 +370,8 @@ void run_bench(const BenchOptions& opt) {
   }
   const double clock_mhz = measure_sm_clock_mhz();
   std::printf("SM clock measured after the runs: %.0f MHz\n", clock_mhz);
-  if (!opt.json_path.empty()) {
-    write_json_file(opt.json_path, {{"command", command_line()},
+  if (!opt.out.empty()) {
+    write_json_file(opt.out, {{"command", command_line()},
                                     {"timestamp", utc_timestamp()},
                                     {"gpu", gpu_json()},
                                     {"sm_clock_mhz_measured", clock_mhz},
@@ -392,19 +392,22 @@ void add_attention_command(CLI::App& app) {
   CLI::App* check = cmd->add_subcommand(
       "check", "Compare the kernel with float64 (CPU) and float32 (GPU) references on fresh random inputs");
   check->add_flag("--quick", check_opt->quick, "Two small shapes only (for compute-sanitizer)");
-  check->add_option("--seed", check_opt->seed, "Random seed (default: a fresh one each run)");
-  check->add_option("--json", check_opt->json_path, "Write the results as JSON to this file");
+  add_integer(check, "--seed", check_opt->seed, 1, INT64_MAX, "Random seed (default: a fresh one each run)");
+  add_path(check, "--out", check_opt->out, "Write the results as JSON to this file");
+  add_path(check, "--json", check_opt->out, "")->group("");  // the old name of --out, hidden
   check->callback([check_opt] { run_check(*check_opt); });
 
   auto bench_opt = std::make_shared<BenchOptions>();
   CLI::App* bench = cmd->add_subcommand("bench", "TFLOP/s of the forward kernel over M, heads and head dim");
-  bench->add_option("--head-dims", bench_opt->head_dims, "Head dims (64, 128)")->delimiter(',');
-  bench->add_option("--heads", bench_opt->heads, "Head counts")->delimiter(',');
-  bench->add_option("--seqlens", bench_opt->seqlens, "Sequence lengths M")->delimiter(',');
-  bench->add_option("--batch", bench_opt->batch, "Batch size (default 1)");
-  bench->add_option("--reps", bench_opt->reps, "Timed repetitions per point (median reported)");
-  bench->add_option("--warmup-ms", bench_opt->warmup_ms, "Warm-up per point, ms (the first point warms 1 s)");
-  bench->add_option("--json", bench_opt->json_path, "Write the results as JSON to this file");
+  add_integer_list(bench, "--head-dims", bench_opt->head_dims, 64, 128, "Head dims (64, 128)");
+  add_integer_list(bench, "--heads", bench_opt->heads, 1, 1024, "Head counts");
+  add_integer_list(bench, "--seqlens", bench_opt->seqlens, 1, 1 << 22, "Sequence lengths M");
+  add_integer(bench, "--batch", bench_opt->batch, 1, 4096, "Batch size (default 1)");
+  add_integer(bench, "--trials", bench_opt->trials, 1, 100000, "Timed trials per point (median reported; default 20)");
+  add_integer(bench, "--reps", bench_opt->trials, 1, 100000, "")->group("");  // the old name of --trials, hidden
+  add_number(bench, "--warmup-ms", bench_opt->warmup_ms, 0, 600000, "Warm-up per point, ms (the first point warms 1 s)");
+  add_path(bench, "--out", bench_opt->out, "Write the results as JSON to this file");
+  add_path(bench, "--json", bench_opt->out, "")->group("");  // the old name of --out, hidden
   bench->callback([bench_opt] { run_bench(*bench_opt); });
 
   add_ulysses_command(*cmd);

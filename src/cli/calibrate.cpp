@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <unistd.h>
 
 #include "calibration/fit.hpp"
 #include "calibration/sweep.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/shipped_files.hpp"
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
@@ -74,8 +74,7 @@ void run_rank(const comm::RankEnv& env, const CalibrateArgs& args) {
                 : args.pairing == "all-peers" ? comm::Pairing::all_peers
                                               : comm::Pairing::ring;
   opt.paths.clear();
-  std::stringstream paths(args.paths);
-  for (std::string name; std::getline(paths, name, ',');) opt.paths.push_back(model::store_path_from_string(name));
+  for (const std::string& name : split_list(args.paths, "--paths")) opt.paths.push_back(model::store_path_from_string(name));
   if (!args.K_fit.empty()) opt.K_fit = calibration::parse_int_list(args.K_fit, "--K");
   if (!args.K_heldout.empty()) opt.K_heldout = calibration::parse_int_list(args.K_heldout, "--heldout-K");
   if (!args.B_kib.empty())
@@ -156,7 +155,7 @@ void add_calibrate_command(CLI::App& app) {
       "Measure T_iss0, R and Q of one-sided NVLink remote stores (paper §3) and write a platform file.\n"
       "Starts one process per GPU itself, or runs under torchrun/Slurm (RANK, WORLD_SIZE, LOCAL_RANK,\n"
       "MASTER_ADDR, MASTER_PORT).");
-  cmd->add_option("--gpus", args->gpus, "local GPUs to use (default: all visible; at least 2)");
+  add_integer(cmd, "--gpus", args->gpus, 2, 1024, "local GPUs to use (default: all visible; at least 2)");
   cmd->add_flag("--quick", args->quick, "a fast check on trimmed grids (about 15 s)");
   cmd->add_flag("--verify", args->verify, "check that every remote burst's bytes arrive intact at the peer");
   cmd->add_option("--pairing", args->pairing,
@@ -167,12 +166,13 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--K", args->K_fit, "producer counts for the fits, e.g. 16,33,66,132 (default: from the SM count)");
   cmd->add_option("--heldout-K", args->K_heldout, "producer counts kept out of the fits and only predicted");
   cmd->add_option("--B-kib", args->B_kib, "bytes per producer per burst, in KiB, e.g. 4,8,16,32");
-  cmd->add_option("--out", args->out_dir, "output directory (platform.json, samples.csv, report.json, plots/)");
-  cmd->add_option("--platform-out", args->platform_out, "also write the platform file here");
+  add_path(cmd, "--out", args->out_dir, "output directory (platform.json, samples.csv, report.json, plots/)");
+  add_path(cmd, "--platform-out", args->platform_out, "also write the platform file here");
   cmd->add_flag("!--no-plots", args->plots, "skip the matplotlib plots");
   cmd->callback([args] {
-    if (args->gpus < 0) throw InputError("--gpus must be at least 2, got " + std::to_string(args->gpus));
     // Check the lists here too, so a typo fails before any GPU work starts.
+    for (const std::string& name : split_list(args->paths, "--paths"))
+      with_option_name("--paths", [&] { return model::store_path_from_string(name); });
     if (!args->K_fit.empty()) calibration::parse_int_list(args->K_fit, "--K");
     if (!args->K_heldout.empty()) calibration::parse_int_list(args->K_heldout, "--heldout-K");
     if (!args->B_kib.empty()) calibration::parse_int_list(args->B_kib, "--B-kib");

@@ -25,6 +25,8 @@
 #include "common/gpu_timing.hpp"
 #include "common/stats.hpp"
 #include "cli/commands.hpp"
+#include "cli/moe_grid.hpp"
+#include "cli/options.hpp"
 #include "cli/shipped_files.hpp"
 #include "comm/device_info.hpp"
 #include "comm/launcher.hpp"
@@ -68,7 +70,8 @@ double check_tolerance(moe::DType dtype, const moe::MoeLayerImpl& layer, int tok
 
 struct MoeArgs {
   int gpus = 0;
-  std::string seed;  // empty: fresh random
+  std::optional<std::uint64_t> seed;  // none: fresh random
+  std::uint64_t seed_value = 0;       // --seed as read
   std::string impl;  // comma-separated implementation names; empty: the command's default
   std::string dtypes = "bf16,fp8";  // comma-separated: bf16, fp8 (W8A8)
   int D_rows = 0;            // megamoe-interleaved lead (0 = D_knee)
@@ -87,11 +90,10 @@ struct MoeArgs {
   std::string trace_dir;    // bench: the fused kernel's per-tile trace of each configuration's last trial (instrumented builds)
 };
 
-bool matches(const std::string& name, const std::string& filter) {
+bool matches(const std::string& name, const std::string& filter, const std::string& option) {
   if (filter.empty()) return true;
-  std::stringstream ss(filter);
-  for (std::string part; std::getline(ss, part, ',');)
-    if (!part.empty() && name.find(part) != std::string::npos) return true;
+  for (const std::string& part : split_list(filter, option))
+    if (name.find(part) != std::string::npos) return true;
   return false;
 }
 
@@ -102,31 +104,23 @@ const std::vector<std::string> kImplNames = {"unfused-loop", "unfused-grouped", 
 
 std::vector<std::string> impl_list(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string part; std::getline(ss, part, ',');) {
-    if (part.empty()) continue;
+  for (const std::string& part : split_list(s, "--impl")) {
     XSTAGE_REQUIRE(std::find(kImplNames.begin(), kImplNames.end(), part) != kImplNames.end(),
                    "--impl: unknown implementation '" + part + "' (choose from unfused-loop, unfused-grouped, megamoe-wave, "
                    "megamoe-wave-pipelined, megamoe-interleaved, megamoe-auto)");
     out.push_back(part);
   }
-  XSTAGE_REQUIRE(!out.empty(), "--impl: name at least one implementation");
   return out;
 }
 
 // The dtypes `--dtype` names: bf16, and fp8 (W8A8 e4m3 with 1×128 / 128×128 block scales).
-const char* dtype_name(moe::DType t) { return t == moe::DType::bf16 ? "bf16" : "fp8"; }
-
 std::vector<moe::DType> dtype_list(const std::string& s) {
   std::vector<moe::DType> out;
-  std::stringstream ss(s);
-  for (std::string part; std::getline(ss, part, ',');) {
-    if (part.empty()) continue;
+  for (const std::string& part : split_list(s, "--dtype")) {
     XSTAGE_REQUIRE(part == "bf16" || part == "fp8", "--dtype: unknown dtype '" + part + "' (choose from bf16, fp8)");
     const moe::DType t = part == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3;
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   }
-  XSTAGE_REQUIRE(!out.empty(), "--dtype: name at least one dtype (bf16, fp8)");
   return out;
 }
 
@@ -177,9 +171,9 @@ OwnerLoad owner_load(const moe::MoeProblem& pr, const moe::LayerData& data, int 
 }
 
 // The same seed on every rank: rank 0's choice (given or fresh), all-gathered.
-std::uint64_t agree_on_seed(comm::Runtime& rt, const std::string& given) {
+std::uint64_t agree_on_seed(comm::Runtime& rt, const std::optional<std::uint64_t>& given) {
   std::uint64_t seed = 0;
-  if (!given.empty()) seed = std::stoull(given);
+  if (given) seed = *given;
   else seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   const auto all = rt.all_gather_bytes(&seed, sizeof(seed));
   std::memcpy(&seed, all.data(), sizeof(seed));
@@ -271,7 +265,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
   nlohmann::json results = nlohmann::json::array();
   for (std::size_t ci = 0; ci < kCheckCases.size(); ++ci) {
     const CheckCase& c = kCheckCases[ci];
-    if (!matches(c.name, args.cases)) continue;
+    if (!matches(c.name, args.cases, "--cases")) continue;
     const int P = rt.world_size();
     if (c.E % P != 0) {
       if (lead) std::printf("  %-26s skipped: E = %d is not divisible by %d ranks\n", c.name, c.E, P);
@@ -447,53 +441,35 @@ struct BenchConfig {
   moe::DType dtype;
 };
 
-// Configurations in run order: the headline ("extra") ones first, then shapes × tokens × routings, each in
-// every dtype of "dtypes"; names end in "/bf16" or "/fp8".
+// Configurations in run order (moe_grid.hpp): the headline ("extra") ones first, then shapes × tokens, each in
+// every routing and every dtype of the file; names end in "/bf16" or "/fp8".
 std::vector<BenchConfig> read_grid(const std::string& path) {
-  const nlohmann::json doc = read_json_file(path);
+  const MoeGrid grid = read_moe_grid(path);
   std::vector<BenchConfig> out;
-  try {
-    const double zipf = doc.value("skewed_zipf_s", 1.2);
-    std::vector<moe::DType> dtypes;
-    for (const std::string d : doc.at("dtypes")) {
-      XSTAGE_REQUIRE(d == "bf16" || d == "fp8", path + ": dtypes must be \"bf16\" or \"fp8\", got \"" + d + "\"");
-      dtypes.push_back(d == "bf16" ? moe::DType::bf16 : moe::DType::fp8_e4m3);
-    }
-    XSTAGE_REQUIRE(!dtypes.empty(), path + ": dtypes must name at least one of \"bf16\", \"fp8\"");
-    auto add = [&](const nlohmann::json& s, int T, const std::string& routing, const std::string& prefix) {
-      XSTAGE_REQUIRE(routing == "balanced" || routing == "skewed",
-                     path + ": routing must be \"balanced\" or \"skewed\", got \"" + routing + "\"");
-      for (const moe::DType dtype : dtypes) {
-        BenchConfig c{"", s.at("h").get<int>(), s.at("h_inter").get<int>(), s.at("E").get<int>(), s.at("k").get<int>(), T,
-                      routing == "balanced" ? -1.0 : zipf, dtype};
-        c.name = prefix + "h" + std::to_string(c.h) + "-i" + std::to_string(c.I) + "-e" + std::to_string(c.E) + "-k" +
-                 std::to_string(c.k) + "/t" + std::to_string(T) + "/" + routing + "/" + dtype_name(dtype);
+  for (const GridLayer& l : grid.layers)
+    for (const std::string& routing : l.routings)
+      for (const moe::DType dtype : grid.dtypes) {
+        BenchConfig c{"", l.h, l.h_inter, l.E, l.k, l.T, routing == "balanced" ? -1.0 : grid.skewed_zipf_s, dtype};
+        c.name = l.prefix + "h" + std::to_string(c.h) + "-i" + std::to_string(c.I) + "-e" + std::to_string(c.E) + "-k" +
+                 std::to_string(c.k) + "/t" + std::to_string(c.T) + "/" + routing + "/" + dtype_name(dtype);
         out.push_back(c);
       }
-    };
-    // The headline configurations first.
-    if (doc.contains("extra"))
-      for (const auto& s : doc.at("extra"))
-        for (const std::string routing : s.at("routings")) add(s, s.at("tokens_per_rank").get<int>(), routing, s.value("name", "") + ":");
-    for (const auto& s : doc.at("shapes"))
-      for (int T : doc.at("tokens_per_rank"))
-        for (const std::string routing : doc.at("routings")) add(s, T, routing, "");
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path + ": " + e.what() +
-                     " (expected {dtypes: [\"bf16\", \"fp8\"], shapes: [{h, h_inter, E, k}], tokens_per_rank: [..], "
-                     "routings: [..]})");
-  }
   return out;
 }
 
+// --config, or the shipped grid.
+std::string bench_config_file(const MoeArgs& args) {
+  return args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
+}
+
 // The configurations a bench runs: matching --filter, in a dtype of --dtype.
-bool selected(const BenchConfig& c, const MoeArgs& args) { return matches(c.name, args.filter) && wanted(c.dtype, args); }
+bool selected(const BenchConfig& c, const MoeArgs& args) { return matches(c.name, args.filter, "--filter") && wanted(c.dtype, args); }
 
 int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   const bool lead = rt.rank() == 0;
   const int P = rt.world_size();
   const cudaStream_t stream = rt.stream();
-  const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
+  const std::string config = bench_config_file(args);
   std::vector<BenchConfig> grid;
   for (const auto& c : read_grid(config))
     if (selected(c, args)) grid.push_back(c);
@@ -656,25 +632,19 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   return 0;
 }
 
-// Everything about the arguments that can be wrong is checked here, before any rank or GPU exists.
+// Everything about the arguments that can be wrong is checked here (the numbers as they were read), before any
+// rank or GPU exists.
 void validate_args(const MoeArgs& args, bool check) {
-  if (args.gpus < 0) throw InputError("--gpus must be at least 1, got " + std::to_string(args.gpus));
   impl_list(args.impl);
   dtype_list(args.dtypes);
-  XSTAGE_REQUIRE(args.D_rows >= 0, "--lead must be at least 1 (or 0: the default), got " + std::to_string(args.D_rows));
-  XSTAGE_REQUIRE(args.wave_experts >= 0, "--wave must be at least 1 (or 0: the default), got " + std::to_string(args.wave_experts));
-  XSTAGE_REQUIRE(args.device_timeout_s > 0 && std::isfinite(args.device_timeout_s),
-                 "--device-timeout-s must be a positive number of seconds");
   if (!check) {
-    XSTAGE_REQUIRE(args.trials >= 1, "moe bench: --trials must be at least 1");
-    XSTAGE_REQUIRE(args.trial_gap_ms >= 0 && args.trial_gap_ms <= 10000, "moe bench: --trial-gap-ms must be in [0, 10000]");
-    const std::string config = args.config.empty() ? shipped_file("configs/moe_grid.json") : args.config;
-    const auto grid = read_grid(config);
+    const std::string config = bench_config_file(args);
+    const auto grid = with_option_name("--config", [&] { return read_grid(config); });
     XSTAGE_REQUIRE(std::any_of(grid.begin(), grid.end(), [&](const BenchConfig& c) { return selected(c, args); }),
                    "moe bench: no configuration in " + config + " matches --filter '" + args.filter + "' with --dtype '" +
                        args.dtypes + "'");
   } else {
-    XSTAGE_REQUIRE(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases); }),
+    XSTAGE_REQUIRE(std::any_of(kCheckCases.begin(), kCheckCases.end(), [&](const CheckCase& c) { return matches(c.name, args.cases, "--cases"); }),
                    "moe check: no case matches --cases '" + args.cases + "'");
   }
 }
@@ -705,8 +675,8 @@ void add_moe_command(CLI::App& app) {
   moe->require_subcommand(1);
   auto args = std::make_shared<MoeArgs>();
   auto common = [&](CLI::App* cmd) {
-    cmd->add_option("--gpus", args->gpus, "local GPUs (ranks) to use (default: all visible)");
-    cmd->add_option("--seed", args->seed, "input seed (default: fresh, printed)");
+    add_integer(cmd, "--gpus", args->gpus, 1, 1024, "local GPUs (ranks) to use (default: all visible)");
+    add_integer(cmd, "--seed", args->seed_value, 0, INT64_MAX, "input seed (default: fresh, printed)");
     cmd->add_option("--impl", args->impl,
                     "comma-separated implementations: unfused-loop (NCCL + cublasGemmEx per expert), unfused-grouped\n"
                     "(NCCL + cublasGemmGroupedBatchedEx; bf16 only), megamoe-wave, megamoe-wave-pipelined,\n"
@@ -715,52 +685,55 @@ void add_moe_command(CLI::App& app) {
                     "kernel with the schedule and CTA pairing chosen per layer, as `xstage plan moe --choose` says).\n"
                     "Default: all but megamoe-auto for check; unfused-loop, megamoe-wave, megamoe-wave-pipelined,\n"
                     "megamoe-interleaved, megamoe-auto for bench");
-    cmd->add_option("--lead", args->D_rows, "megamoe-interleaved: lead D of Linear-1 over Linear-2 in scheduler rows "
-                                            "(default: max(D_knee, K_SM / P2), schedule_host.hpp)");
-    cmd->add_option("--wave", args->wave_experts, "megamoe-wave(-pipelined): experts per wave (default: the wave-size heuristic)");
-    cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
-    cmd->add_option("--tile-n", args->tile_n, "tile width b_n, 128 or 256 (default: 256 where h and 2·h_inter allow it)")
-        ->check(CLI::IsMember({128, 256}));
-    cmd->add_option("--cluster", args->cluster_n,
-                    "fused kernel: 1 = one CTA per tile, 2 = CTA pairs (2x1 clusters sharing each A k-block by TMA\n"
-                    "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs for megamoe-interleaved\n"
-                    "wherever they fit, one CTA per tile for the wave schedules (measured: docs/MOE.md)")
-        ->check(CLI::IsMember({1, 2}));
-    cmd->add_option("--cluster-m", args->cluster_m,
-                    "fused kernel: 2 = M-pairs (2x1 clusters on the two 128-row halves of 256-row blocks of one expert,\n"
-                    "sharing each weight k-block by TMA multicast; an expert's last block with rows in one half only\n"
-                    "shares the activation k-blocks instead; 128x256 tiles, even n-block counts). Default 1")
-        ->check(CLI::IsMember({1, 2}));
+    add_integer(cmd, "--lead", args->D_rows, 1, 1 << 20, "megamoe-interleaved: lead D of Linear-1 over Linear-2 in scheduler rows "
+                                                        "(default: max(D_knee, K_SM / P2), schedule_host.hpp)");
+    add_integer(cmd, "--wave", args->wave_experts, 1, kMaxMoeExperts,
+                "megamoe-wave(-pipelined): experts per wave (default: the wave-size heuristic)");
+    add_number(cmd, "--device-timeout-s", args->device_timeout_s, 1e-3, 86400, "bound of every device-side wait (default 10 s)");
+    add_integer(cmd, "--tile-n", args->tile_n, 128, 256, "tile width b_n, 128 or 256 (default: 256 where h and 2·h_inter allow it)")
+        ->each([](const std::string& v) {
+          XSTAGE_REQUIRE(v == "128" || v == "256", "--tile-n: the kernel's tile width is 128 or 256 (got " + v + ")");
+        });
+    add_integer(cmd, "--cluster", args->cluster_n, 1, 2,
+                "fused kernel: 1 = one CTA per tile, 2 = CTA pairs (2x1 clusters sharing each A k-block by TMA\n"
+                "multicast; needs even Linear-1 and Linear-2 n-block counts). Default: pairs for megamoe-interleaved\n"
+                "wherever they fit, one CTA per tile for the wave schedules (measured: docs/MOE.md)");
+    add_integer(cmd, "--cluster-m", args->cluster_m, 1, 2,
+                "fused kernel: 2 = M-pairs (2x1 clusters on the two 128-row halves of 256-row blocks of one expert,\n"
+                "sharing each weight k-block by TMA multicast; an expert's last block with rows in one half only\n"
+                "shares the activation k-blocks instead; 128x256 tiles, even n-block counts). Default 1");
     cmd->add_option("--dtype", args->dtypes,
                     "comma-separated dtypes: bf16, fp8 (W8A8: e4m3 codes, 1x128 activation and 128x128 weight\n"
                     "scales; tokens quantized inside the forward). Default: both");
-    cmd->add_option("--out", args->out, "write the results as JSON here");
+    add_path(cmd, "--out", args->out, "write the results as JSON to this file");
   };
   CLI::App* check = moe->add_subcommand("check", "Compare the layer with the float64 CPU reference on small, awkward shapes\n"
                                                  "(rel L2 <= 1e-2, unfused fp8 3e-2, fp8 below 64 tokens 4e-2, no NaN, bitwise identical\n"
                                                  "over 3 runs); exit 1 on failure.");
   common(check);
   check->add_option("--cases", args->cases, "only cases whose name contains one of these comma-separated strings");
-  check->callback([args] {
+  check->callback([args, check] {
+    if (check->count("--seed")) args->seed = args->seed_value;
     if (args->impl.empty()) args->impl = "unfused-loop,unfused-grouped,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved";
     spawn_or_run(*args, true);
   });
   CLI::App* bench = moe->add_subcommand("bench", "Time the layer over a grid (the paper's protocol: untimed first run, barrier-aligned\n"
                                                  "trials, max over ranks, median), TFLOP/s and NVLink GB/s per rank.");
   common(bench);
-  bench->add_option("--config", args->config, "grid file (default: the shipped configs/moe_grid.json)");
+  add_path(bench, "--config", args->config, "grid file (default: the shipped configs/moe_grid.json)");
   bench->add_option("--filter", args->filter, "only configurations whose name contains one of these comma-separated strings");
-  bench->add_option("--trials", args->trials, "timed trials per configuration (default 20)");
-  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first timed configuration (default 1500;\n"
-                                                    "the same number of forwards on every rank)");
-  bench->add_option("--trial-gap-ms", args->trial_gap_ms,
-                    "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
-                    "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
-                    "layer's time the power limit sets");
-  bench->add_option("--trace", args->trace_dir,
-                    "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
-                    "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe/trace_figures.py plots it)");
-  bench->callback([args] {
+  add_integer(bench, "--trials", args->trials, 1, 100000, "timed trials per configuration (default 20)");
+  add_number(bench, "--warmup-ms", args->warmup_ms, 0, 600000, "GPU warm-up before the first timed configuration (default 1500;\n"
+                                                               "the same number of forwards on every rank)");
+  add_number(bench, "--trial-gap-ms", args->trial_gap_ms, 0, 10000,
+             "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
+             "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
+             "layer's time the power limit sets");
+  add_path(bench, "--trace", args->trace_dir,
+           "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
+           "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe/trace_figures.py plots it)");
+  bench->callback([args, bench] {
+    if (bench->count("--seed")) args->seed = args->seed_value;
     if (args->impl.empty()) args->impl = "unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto";
     spawn_or_run(*args, false);
   });

@@ -23,8 +23,11 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/moe_grid.hpp"
+#include "cli/options.hpp"
 #include "cli/shipped_files.hpp"
 #include "common/error.hpp"
+#include "common/result_check.hpp"
 #include "common/run_info.hpp"
 #include "model/attention.hpp"
 #include "model/burst_gap.hpp"
@@ -52,14 +55,19 @@ constexpr const char* kDefaultPlatform = "platforms/h200_nvlink4.json";
 // message naming the option (exit 2) before any arithmetic.
 // ---------------------------------------------------------------------------------------------
 
-// Limits beyond which an input is surely a typo (units confused, an extra zero or three).
-constexpr long kMaxProducers = 1'000'000;
+// Limits beyond which an input is surely a typo (units confused, an extra zero or three). kMaxProducers (K, K_act)
+// and kMaxSmCount (--sms) come with the platform file's ranges (model/platform.hpp).
 constexpr double kMaxBurstBytes = 64.0 * MiB * KiB;  // 64 GiB aggregate
-constexpr double kMaxTimeNs = 10e9;                  // 10 s
-constexpr long kMaxTileDim = 65536;
+constexpr double kMaxTimeNs = 10e9;                  // 10 s: any gap, stagger, jitter, latency
+constexpr double kMinTileTimeNs = 1.0;               // a mainloop or Q-loop step faster than 1 ns is a unit mistake
+constexpr double kMaxRuleLatencyNs = 1e7;            // --rule latency_ns: 10 ms of fence latency
+constexpr std::int64_t kMaxTileDim = 4096;
+constexpr std::int64_t kMaxSeqLen = 1'000'000'000;
+constexpr std::int64_t kMaxHeads = 65536, kMaxBatch = 65536;
+constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;
 
 struct CommonOptions {
-  std::string platform_file;
+  std::string platform_file;  // empty: the shipped default (an empty --platform is refused as it is read)
   std::string store_path = "st_global_16B";
   bool json = false;
 };
@@ -93,6 +101,7 @@ struct MoeOptions {
   long experts = 0, top_k = 0, tokens = 0, ranks = 2;
   std::string dtype = "bf16";
   std::string t_lat = "1us";
+  bool t_lat_given = false;
   double jitter = 0.0;
   bool choose = false;
   std::string grid;
@@ -113,30 +122,19 @@ struct AttentionOptions {
   long sms = 0;
 };
 
-void require_range(double value, double lo, double hi, const std::string& option, const std::string& what) {
-  if (!(value >= lo))
-    throw InputError(option + ": " + what + " must be at least " + std::to_string(static_cast<long long>(lo)) +
-                     " (got " + std::to_string(value) + ")");
-  if (value > hi)
-    throw InputError(option + ": " + what + " of " + std::to_string(value) + " is absurd (limit " +
-                     std::to_string(hi) + "); check the units");
-}
-
-int checked_int(long value, long lo, long hi, const std::string& option, const std::string& what) {
-  require_range(static_cast<double>(value), static_cast<double>(lo), static_cast<double>(hi), option, what);
-  return static_cast<int>(value);
+// A tile or Q-loop time, given (`option`) or derived from throughput options (named in `option` too).
+double tile_time(double ns, const std::string& option, const std::string& what) {
+  require_in_range(ns, kMinTileTimeNs, kMaxTimeNs, option, what + " (ns)");
+  return ns;
 }
 
 double positive_time(const std::string& text, const std::string& option) {
-  const double ns = parse_time_ns(text, option);
-  if (ns <= 0.0) throw InputError(option + ": must be a positive time (got '" + text + "')");
-  require_range(ns, 0.0, kMaxTimeNs, option, "time (ns)");
-  return ns;
+  return tile_time(parse_time_ns(text, option), option, "time");
 }
 
 double non_negative_time(const std::string& text, const std::string& option) {
   const double ns = parse_time_ns(text, option);
-  require_range(ns, 0.0, kMaxTimeNs, option, "time (ns)");
+  require_in_range(ns, 0.0, kMaxTimeNs, option, "time (ns)");
   return ns;
 }
 
@@ -145,16 +143,9 @@ std::pair<int, int> parse_tile(const std::string& text, const std::string& optio
   const auto x = text.find_first_of("xX");
   if (x == std::string::npos) throw InputError(option + ": expected b_m x b_n, e.g. 128x128 (got '" + text + "')");
   auto dim = [&](const std::string& part, const char* name) {
-    std::size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size())
-      throw InputError(option + ": '" + part + "' in '" + text + "' is not an integer " + name);
-    return checked_int(v, 1, kMaxTileDim, option, name);
+    const std::int64_t v = parse_decimal_integer(part, option + " " + name);
+    require_in_range(static_cast<double>(v), 1, kMaxTileDim, option, name);
+    return static_cast<int>(v);
   };
   return {dim(text.substr(0, x), "b_m"), dim(text.substr(x + 1), "b_n")};
 }
@@ -164,15 +155,9 @@ TileMix parse_mix(const std::string& text) {
   const auto colon = text.find(':');
   if (colon == std::string::npos) throw InputError("--mix: expected n1:n2, e.g. 3:8 (got '" + text + "')");
   auto part = [&](const std::string& s, const char* name) {
-    std::size_t used = 0;
-    double v = 0.0;
-    try {
-      v = std::stod(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s.size() || !(v > 0.0) || v > 1e6)
-      throw InputError(std::string("--mix: ") + name + " must be a positive number (got '" + s + "' in '" + text + "')");
+    const double v = parse_decimal(s, std::string("--mix ") + name);
+    // Tile counts per steady cycle: a ratio beyond 1e6 (either way) is not a schedule.
+    require_in_range(v, 1e-3, 1e3, "--mix", name);
     return v;
   };
   return {part(text.substr(0, colon), "n1"), part(text.substr(colon + 1), "n2")};
@@ -207,12 +192,10 @@ struct Platform {
 Platform load_platform(const CommonOptions& o) {
   Platform p;
   p.file = o.platform_file.empty() ? default_platform_file() : o.platform_file;
-  p.model = read_platform_file(p.file);
-  p.path = store_path_from_string(o.store_path);
-  p.triple = &store_path_triple(p.model, p.path);
-  const json& prov = p.model.provenance;
-  if (prov.contains("sm_count") && prov.at("sm_count").is_number_integer() && prov.at("sm_count").get<int>() > 0)
-    p.sm_count = prov.at("sm_count").get<int>();
+  p.model = with_option_name("--platform", [&] { return read_platform_file(p.file); });
+  p.path = with_option_name("--store-path", [&] { return store_path_from_string(o.store_path); });
+  p.triple = with_option_name("--store-path", [&] { return &store_path_triple(p.model, p.path); });
+  if (const int sms = platform_sm_count(p.model)) p.sm_count = sms;
   return p;
 }
 
@@ -296,6 +279,13 @@ json distribution_json(const Distribution& d) {
 
 void emit_json(const json& doc) { std::cout << doc.dump(2) << '\n'; }
 
+// "1.5e+12": a count of work units in a refusal.
+std::string format_count(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
 // ---------------------------------------------------------------------------------------------
 // plan pattern
 // ---------------------------------------------------------------------------------------------
@@ -309,28 +299,35 @@ struct PatternInput {
 
 PatternInput validate_pattern(const PatternOptions& o) {
   PatternInput in;
-  in.K = checked_int(o.K, 1, kMaxProducers, "--producers", "K");
+  in.K = static_cast<int>(o.K);
   if (o.burst.empty() == o.volume.empty())
     throw InputError("give exactly one of --burst (bytes per producer) and --volume (aggregate bytes V = K*B)");
   if (!o.burst.empty()) {
     in.B_bytes = parse_bytes(o.burst, "--burst");
-    require_range(in.B_bytes, 1.0, kMaxBurstBytes / in.K, "--burst", "bytes per producer");
+    require_in_range(in.B_bytes, 1.0, kMaxBurstBytes / in.K, "--burst", "bytes per producer (with K = " + std::to_string(in.K) + ")");
   } else {
     const double V = parse_bytes(o.volume, "--volume");
-    require_range(V, 1.0, kMaxBurstBytes, "--volume", "aggregate burst bytes");
+    require_in_range(V, in.K, kMaxBurstBytes, "--volume", "aggregate burst bytes (>= 1 byte per producer)");
     in.B_bytes = V / in.K;
   }
-  if (o.gaps.empty()) throw InputError("--gap: give at least one gap G (e.g. --gap 2us or --gap 0,2us,6us)");
   for (const std::string& g : o.gaps) in.gaps_ns.push_back(non_negative_time(g, "--gap"));
 
   in.sim.K = in.K;
   in.sim.B_bytes = in.B_bytes;
-  in.sim.bursts = checked_int(o.sim.bursts, 2, 100000, "--bursts", "bursts per producer");
+  in.sim.bursts = o.sim.bursts;
   in.sim.stagger_ns = non_negative_time(o.sim.stagger, "--stagger");
   in.sim.jitter_ns = non_negative_time(o.sim.jitter, "--jitter");
   in.sim.seed = o.sim.seed;
   if (!o.sim.simulate && (in.sim.stagger_ns > 0.0 || in.sim.jitter_ns > 0.0))
     throw InputError("--stagger and --jitter only apply with --simulate");
+  if (o.sim.simulate) {
+    const double work = simulation_work(in.K, in.sim.bursts) * static_cast<double>(in.gaps_ns.size());
+    if (work > kMaxSimulationWork)
+      throw InputError("--simulate: " + std::to_string(in.K) + " producers x " + std::to_string(in.sim.bursts) + " bursts x " +
+                       std::to_string(in.gaps_ns.size()) + " gap(s) is " + format_count(work) +
+                       " producer-steps, over the planner's budget of " + format_count(kMaxSimulationWork) +
+                       " (docs/MODEL.md); use fewer --bursts, --producers or gaps");
+  }
   return in;
 }
 
@@ -382,13 +379,12 @@ void run_pattern(const CommonOptions& common, const PatternOptions& o) {
     rows.push_back(std::move(row));
   }
 
-  if (common.json) {
-    emit_json({{"kind", "pattern"},
-               {"platform", platform_json(platform, look)},
-               {"pattern", {{"K", in.K}, {"B_bytes", in.B_bytes}, {"V_bytes", V}}},
-               {"gaps", rows}});
-    return;
-  }
+  const json doc = {{"kind", "pattern"},
+                    {"platform", platform_json(platform, look)},
+                    {"pattern", {{"K", in.K}, {"B_bytes", in.B_bytes}, {"V_bytes", V}}},
+                    {"gaps", rows}};
+  require_sane_result(doc);
+  if (common.json) return emit_json(doc);
 
   print_platform_header(platform, look.point);
   std::printf("pattern   K = %d producers x B = %s = V = %s per aligned burst\n", in.K,
@@ -430,8 +426,8 @@ MoeKernel validate_moe(const MoeOptions& o, int default_sms) {
   MoeKernel k;
   std::tie(k.b_m, k.b_n) = parse_tile(o.tile, "--tile");
   k.out_bytes = checked_out_bytes(o.out_bytes);
-  k.K_SM = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : default_sms;
-  k.K_act = checked_int(o.K_act, 1, kMaxProducers, "--producers", "aligned producers K_act");
+  k.K_SM = o.sms ? static_cast<int>(o.sms) : default_sms;
+  k.K_act = static_cast<int>(o.K_act);
   if (k.K_act > k.K_SM)
     throw InputError("--producers: K_act = " + std::to_string(k.K_act) + " aligned epilogues cannot exceed the " +
                      std::to_string(k.K_SM) + " SMs running the kernel (--sms)");
@@ -439,8 +435,7 @@ MoeKernel validate_moe(const MoeOptions& o, int default_sms) {
   const bool shapes = o.hidden || o.inter || o.tflops != 0.0;
   if (times && shapes && o.tflops != 0.0)
     throw InputError("give either --t-l1/--t-l2 or --tflops (with --hidden/--inter), not both");
-  if (o.hidden) checked_int(o.hidden, 1, 1 << 20, "--hidden", "hidden size h");
-  if (o.inter) k.h_inter = checked_int(o.inter, 1, 1 << 20, "--inter", "intermediate size h_inter");
+  if (o.inter) k.h_inter = static_cast<int>(o.inter);
   if (times) {
     if (o.t_l1.empty() || o.t_l2.empty()) throw InputError("give both --t-l1 and --t-l2 (mainloop time per tile)");
     k.T_L1_ns = positive_time(o.t_l1, "--t-l1");
@@ -448,10 +443,9 @@ MoeKernel validate_moe(const MoeOptions& o, int default_sms) {
   } else {
     if (!o.hidden || !o.inter || o.tflops == 0.0)
       throw InputError("give the mainloop times (--t-l1 and --t-l2) or the GEMM shapes (--hidden, --inter and --tflops)");
-    require_range(o.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
     const MoeMainloopTimes t = moe_mainloop_times(k.b_m, k.b_n, static_cast<int>(o.hidden), *k.h_inter, o.tflops, k.K_SM);
-    k.T_L1_ns = t.T_L1_ns;
-    k.T_L2_ns = t.T_L2_ns;
+    k.T_L1_ns = tile_time(t.T_L1_ns, "--tflops", "the Linear-1 mainloop time from --tile, --hidden, --tflops and the SM count");
+    k.T_L2_ns = tile_time(t.T_L2_ns, "--tflops", "the Linear-2 mainloop time from --tile, --inter, --tflops and the SM count");
   }
   if (!o.mix.empty())
     k.mix = parse_mix(o.mix);
@@ -481,18 +475,21 @@ moe::DType parse_moe_dtype(const std::string& d, const std::string& where) {
 }
 
 // The problem as `xstage moe bench` builds it: b_m = 128, b_n = 256 where h and 2·h_inter allow it (or --tile).
-moe::MoeProblem layer_problem(long h, long I, long E, long k, long T, long P, moe::DType dtype, int tile_n) {
+// Every dimension is already in its range (moe_grid.hpp); what moe::validate refuses (divisibility, k <= E, E a
+// multiple of P) is reported with `where`: the options or the grid entry it came from.
+moe::MoeProblem layer_problem(long h, long I, long E, long k, long T, long P, moe::DType dtype, int tile_n,
+                              const std::string& where) {
   moe::MoeProblem pr;
-  pr.P_ranks = checked_int(P, 1, 64, "--ranks", "expert-parallel ranks P");
-  pr.E_experts = checked_int(E, 1, 1 << 16, "--experts", "experts E");
-  pr.top_k = checked_int(k, 1, 1 << 10, "--top-k", "experts per token k");
-  pr.h_hidden = checked_int(h, 1, 1 << 20, "--hidden", "hidden size h");
-  pr.h_inter = checked_int(I, 1, 1 << 20, "--inter", "intermediate size h_inter");
-  pr.T_tokens = checked_int(T, 1, 1 << 22, "--tokens", "tokens per rank T");
+  pr.P_ranks = static_cast<int>(P);
+  pr.E_experts = static_cast<int>(E);
+  pr.top_k = static_cast<int>(k);
+  pr.h_hidden = static_cast<int>(h);
+  pr.h_inter = static_cast<int>(I);
+  pr.T_tokens = static_cast<int>(T);
   pr.dtype = dtype;
   pr.b_m = 128;
   pr.b_n = tile_n ? tile_n : moe::default_tile_n(dtype, pr.h_hidden, pr.h_inter);
-  moe::validate(pr);
+  with_option_name(where, [&] { moe::validate(pr); });
   return pr;
 }
 
@@ -501,34 +498,16 @@ std::string layer_name(const moe::MoeProblem& pr, const std::string& prefix) {
          "-k" + std::to_string(pr.top_k) + "/t" + std::to_string(pr.T_tokens) + "/" + (pr.dtype == moe::DType::bf16 ? "bf16" : "fp8");
 }
 
-// configs/moe_grid.json's format (xstage moe bench --config): "extra" first, then shapes × tokens_per_rank, each in
-// every dtype. Routings are not read: the rule assumes the balanced load, and the audit runs on it.
+// A grid file's layers (moe_grid.hpp), each in every dtype of the file. Routings are not read: the rule assumes
+// the balanced load, and the audit runs on it.
 std::vector<LayerSpec> read_layer_grid(const std::string& path, long P) {
+  const MoeGrid grid = with_option_name("--grid", [&] { return read_moe_grid(path); });
   std::vector<LayerSpec> out;
-  nlohmann::json doc;
-  try {
-    doc = read_json_file(path);
-  } catch (const std::exception& e) {
-    throw InputError(std::string("--grid: ") + e.what());
-  }
-  try {
-    std::vector<moe::DType> dtypes;
-    for (const std::string d : doc.at("dtypes")) dtypes.push_back(parse_moe_dtype(d, path));
-    auto add = [&](const nlohmann::json& shape, long T, const std::string& prefix) {
-      for (const moe::DType d : dtypes) {
-        const moe::MoeProblem pr = layer_problem(shape.at("h").get<long>(), shape.at("h_inter").get<long>(), shape.at("E").get<long>(),
-                                                 shape.at("k").get<long>(), T, P, d, 0);
-        out.push_back({layer_name(pr, prefix), pr});
-      }
-    };
-    if (doc.contains("extra"))
-      for (const auto& x : doc.at("extra")) add(x, x.at("tokens_per_rank").get<long>(), x.value("name", "") + ":");
-    for (const auto& shape : doc.at("shapes"))
-      for (long T : doc.at("tokens_per_rank")) add(shape, T, "");
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path + ": " + e.what() + " (expected {dtypes: [..], shapes: [{h, h_inter, E, k}], tokens_per_rank: [..]})");
-  }
-  if (out.empty()) throw InputError(path + ": the grid names no configuration");
+  for (const GridLayer& l : grid.layers)
+    for (const moe::DType d : grid.dtypes) {
+      const moe::MoeProblem pr = layer_problem(l.h, l.h_inter, l.E, l.k, l.T, P, d, 0, "--grid: " + path + ": " + l.at);
+      out.push_back({layer_name(pr, l.prefix), pr});
+    }
   return out;
 }
 
@@ -547,7 +526,8 @@ std::vector<LayerSpec> layer_specs(const MoeOptions& o) {
       throw InputError("--tile: the MegaMoE kernel runs 128x128 or 128x256 tiles (got '" + o.tile + "')");
     tile_n = b_n;
   }
-  const moe::MoeProblem pr = layer_problem(o.hidden, o.inter, o.experts, o.top_k, o.tokens, o.ranks, parse_moe_dtype(o.dtype, "--dtype"), tile_n);
+  const moe::MoeProblem pr = layer_problem(o.hidden, o.inter, o.experts, o.top_k, o.tokens, o.ranks, parse_moe_dtype(o.dtype, "--dtype"),
+                                           tile_n, "the layer (--hidden, --inter, --experts, --top-k, --tokens, --ranks, --dtype, --tile)");
   return {{layer_name(pr, ""), pr}};
 }
 
@@ -649,43 +629,73 @@ json choice_json(const moe::ScheduleChoice& c) {
           {"candidates", cands}};
 }
 
-// --rule NAME=VALUE: one constant of the schedule rule replaced (tools/moe/rule_sensitivity.py uses it).
+// --rule NAME=VALUE: one constant of the schedule rule replaced (tools/moe/rule_sensitivity.py uses it), each
+// bounded to what the rule can use: a throughput, factor or cost outside its range is a typo, and the lockstep's
+// resolution (ticks_per_tile) sets the planner's work.
+struct RuleConstant {
+  const char* name;
+  double moe::ScheduleRule::*real;      // or
+  int moe::ScheduleRule::*integer;      // or
+  std::uint64_t moe::ScheduleRule::*seed;
+  double lo, hi;
+};
+
+const RuleConstant kRuleConstants[] = {
+    {"tflops_bf16", &moe::ScheduleRule::tflops_bf16, nullptr, nullptr, kMinTflops, kMaxTflops},
+    {"tflops_fp8", &moe::ScheduleRule::tflops_fp8, nullptr, nullptr, kMinTflops, kMaxTflops},
+    {"time_jitter", &moe::ScheduleRule::time_jitter, nullptr, nullptr, 0.0, 0.99},
+    {"factor_interleaved_bf16", &moe::ScheduleRule::factor_interleaved_bf16, nullptr, nullptr, 0.1, 10.0},
+    {"factor_interleaved_fp8", &moe::ScheduleRule::factor_interleaved_fp8, nullptr, nullptr, 0.1, 10.0},
+    {"factor_pipelined", &moe::ScheduleRule::factor_pipelined, nullptr, nullptr, 0.1, 10.0},
+    {"factor_m_pairs", &moe::ScheduleRule::factor_m_pairs, nullptr, nullptr, 0.1, 10.0},
+    {"skew_hedge_waves", &moe::ScheduleRule::skew_hedge_waves, nullptr, nullptr, 0.0, 1.0},
+    {"skew_hedge_m_pairs", &moe::ScheduleRule::skew_hedge_m_pairs, nullptr, nullptr, 0.0, 1.0},
+    {"l2_bytes", &moe::ScheduleRule::l2_bytes, nullptr, nullptr, 1.0, 1e12},
+    {"hbm_bytes_per_ns", &moe::ScheduleRule::hbm_bytes_per_ns, nullptr, nullptr, 1.0, 1e5},
+    {"reread_cost", &moe::ScheduleRule::reread_cost, nullptr, nullptr, 0.0, 10.0},
+    {"latency_ns", &moe::ScheduleRule::latency_ns, nullptr, nullptr, 0.0, kMaxRuleLatencyNs},
+    {"m_pairs_min_rows", nullptr, &moe::ScheduleRule::m_pairs_min_rows, nullptr, 0.0, 2147483647.0},
+    {"ticks_per_tile", nullptr, &moe::ScheduleRule::ticks_per_tile, nullptr, 1.0, 64.0},
+    {"seed", nullptr, nullptr, &moe::ScheduleRule::seed, 0.0, 9.2e18},
+};
+
 moe::ScheduleRule rule_with(const std::vector<std::string>& overrides) {
   moe::ScheduleRule r;
   for (const std::string& kv : overrides) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) throw InputError("--rule: expected NAME=VALUE (got '" + kv + "')");
-    const std::string name = kv.substr(0, eq), text = kv.substr(eq + 1);
-    double v = 0.0;
-    std::size_t used = 0;
-    try {
-      v = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
+    const std::string name = kv.substr(0, eq), text = kv.substr(eq + 1), option = "--rule " + name;
+    const RuleConstant* c = nullptr;
+    std::string all;
+    for (const RuleConstant& k : kRuleConstants) {
+      if (name == k.name) c = &k;
+      all += std::string(" ") + k.name;
     }
-    if (used == 0 || used != text.size() || !std::isfinite(v)) throw InputError("--rule " + name + ": '" + text + "' is not a number");
-    double* fields[] = {&r.tflops_bf16, &r.tflops_fp8, &r.time_jitter, &r.factor_interleaved_bf16, &r.factor_interleaved_fp8,
-                        &r.factor_pipelined, &r.factor_m_pairs, &r.skew_hedge_waves, &r.skew_hedge_m_pairs, &r.l2_bytes,
-                        &r.hbm_bytes_per_ns, &r.reread_cost, &r.latency_ns};
-    const char* names[] = {"tflops_bf16", "tflops_fp8", "time_jitter", "factor_interleaved_bf16", "factor_interleaved_fp8",
-                           "factor_pipelined", "factor_m_pairs", "skew_hedge_waves", "skew_hedge_m_pairs", "l2_bytes",
-                           "hbm_bytes_per_ns", "reread_cost", "latency_ns"};
-    bool found = false;
-    for (std::size_t i = 0; i < std::size(names); ++i)
-      if (name == names[i]) *fields[i] = v, found = true;
-    if (name == "m_pairs_min_rows") r.m_pairs_min_rows = static_cast<int>(v), found = true;
-    if (name == "ticks_per_tile") r.ticks_per_tile = static_cast<int>(v), found = true;
-    if (name == "seed") r.seed = static_cast<std::uint64_t>(v), found = true;
-    if (!found) {
-      std::string all;
-      for (const char* n : names) all += std::string(" ") + n;
-      throw InputError("--rule: unknown constant '" + name + "' (known:" + all + " m_pairs_min_rows ticks_per_tile seed)");
+    if (!c) throw InputError("--rule: unknown constant '" + name + "' (known:" + all + ")");
+    if (c->real) {
+      const double v = parse_decimal(text, option);
+      require_in_range(v, c->lo, c->hi, option, "the value");
+      r.*(c->real) = v;
+    } else {
+      const std::int64_t v = parse_decimal_integer(text, option);
+      require_in_range(static_cast<double>(v), c->lo, c->hi, option, "the value");
+      if (c->integer) r.*(c->integer) = static_cast<int>(v);
+      else r.*(c->seed) = static_cast<std::uint64_t>(v);
     }
   }
-  if (!(r.time_jitter >= 0.0 && r.time_jitter < 1.0) || r.ticks_per_tile < 1 || r.tflops_bf16 <= 0.0 || r.tflops_fp8 <= 0.0 ||
-      r.l2_bytes <= 0.0 || r.hbm_bytes_per_ns <= 0.0 || r.latency_ns < 0.0)
-    throw InputError("--rule: time_jitter must be in [0, 1), ticks_per_tile >= 1, the throughputs, l2_bytes and hbm_bytes_per_ns positive");
   return r;
+}
+
+// The tile times of a layer at `tflops` (named by `from` in a refusal).
+struct LayerTimes {
+  double tflops = 0.0;
+  double T_L1_ns = 0.0, T_L2_ns = 0.0;
+};
+
+LayerTimes layer_times(const moe::MoeProblem& pr, int K_SM, double tflops, const std::string& from) {
+  const MoeMainloopTimes m = moe_mainloop_times(128, pr.b_n, pr.h_hidden, pr.h_inter, tflops, K_SM);
+  return {tflops, tile_time(m.T_L1_ns, from, "the Linear-1 mainloop time of " + layer_name(pr, "")),
+          tile_time(m.T_L2_ns, from, "the Linear-2 mainloop time of " + layer_name(pr, ""))};
 }
 
 struct LayerResult {
@@ -696,27 +706,60 @@ struct LayerResult {
   PlatformLookup look;
 };
 
-LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int K_SM, const MoeOptions& o) {
+// The planner's work for one layer, counted before any of it is done (the budget below). The lockstep simulation
+// steps every cluster through every tick of the tile phase, so it costs about the CTA tiles times their length in
+// ticks, plus the ticks of one tile per CTA (the phase cannot be shorter; a tick costs several steps per cluster,
+// whose state no longer fits in cache when there are many); the combine simulation visits every CTA at each of its
+// events, a few per Linear-2 tile; every simulation also sets up and walks per-CTA state. Its memory holds every
+// CTA tile twice over (timeline and combine), so the tile count is bounded on its own.
+struct LayerWork {
+  double tiles = 0.0;  // L1 + L2 CTA tiles
+  double steps = 0.0;  // cluster-ticks and CTA-visits over every simulation the command runs on the layer
+};
+
+constexpr double kPerCtaSetup = 64.0;  // steps of per-CTA state per simulation (vectors allocated, walked, summed)
+
+LayerWork layer_work(const moe::MoeProblem& pr, int K_SM, double T_L1_ns, double T_L2_ns, int audit_ticks, double audit_jitter,
+                     int rule_ticks, bool choose) {
+  const double rows_per_expert = static_cast<double>(pr.T_tokens) * pr.top_k / pr.E_local();
+  const double row_blocks = std::ceil(rows_per_expert / pr.b_m) * pr.E_local();
+  LayerWork w;
+  const double l1 = row_blocks * pr.P1_l1_n_blocks(), l2 = row_blocks * pr.P2_l2_n_blocks();
+  w.tiles = l1 + l2;
+  const double variants = static_cast<double>(moe::kernel_variants(pr, K_SM, true).size());
+  auto lockstep = [&](int ticks) {
+    const double tick = std::min(T_L1_ns, T_L2_ns) / ticks;
+    const double t1 = std::max(1.0, std::round(T_L1_ns / tick)), t2 = std::max(1.0, std::round(T_L2_ns / tick));
+    return l1 * t1 + l2 * t2 + 4.0 * K_SM * (t1 + t2) + kPerCtaSetup * K_SM;
+  };
+  // Tile times that jitter share no events (up to 4 per tile instead of a few per aligned wave): up to 3x the visits.
+  const double combine = 8.0 * l2 * K_SM;
+  // The audit: a lockstep and a combine per variant; the rule (--choose): two locksteps and one (unjittered) combine
+  // per variant.
+  w.steps = variants * (lockstep(audit_ticks) + combine * (1.0 + 4.0 * audit_jitter));
+  if (choose) w.steps += variants * (2.0 * lockstep(rule_ticks) + combine);
+  return w;
+}
+
+// The budget of one `xstage plan moe` command on a layer or a whole grid (docs/MODEL.md): a few seconds and well
+// under 1 GiB on one core at the limit; the shipped grid with --choose needs 2e9 steps.
+constexpr double kMaxLayerTiles = 1.5e6;
+constexpr double kMaxPlanSteps = 2.5e9;
+
+LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int K_SM, const MoeOptions& o,
+                        const LayerTimes& times, double latency_ns, const std::optional<moe::ScheduleRule>& rule) {
   LayerResult r;
-  const moe::ScheduleRule rule;
-  r.tflops = o.tflops != 0.0 ? o.tflops : pr.dtype == moe::DType::fp8_e4m3 ? rule.tflops_fp8 : rule.tflops_bf16;
-  require_range(r.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
-  const MoeMainloopTimes t = moe_mainloop_times(128, pr.b_n, pr.h_hidden, pr.h_inter, r.tflops, K_SM);
+  r.tflops = times.tflops;
   const double B = 128.0 * pr.b_n * pr.out_bytes * (pr.P_ranks > 1 ? (pr.P_ranks - 1.0) / pr.P_ranks : 1.0);
   r.look = lookup(platform, K_SM, B);
-  r.cfg.T_L1_ns = t.T_L1_ns;
-  r.cfg.T_L2_ns = t.T_L2_ns;
+  r.cfg.T_L1_ns = times.T_L1_ns;
+  r.cfg.T_L2_ns = times.T_L2_ns;
   r.cfg.platform = r.look.point;
-  r.cfg.latency_ns = non_negative_time(o.t_lat, "--t-lat");
+  r.cfg.latency_ns = latency_ns;
   r.cfg.time_jitter = o.jitter;
   const std::vector<int> rows = moe::balanced_expert_rows(pr);
   for (const moe::ScheduleVariant& v : moe::kernel_variants(pr, K_SM, true)) r.audits.push_back(moe::audit_schedule(pr, rows, K_SM, v, r.cfg));
-  if (o.choose) {
-    moe::ScheduleRule with = rule_with(o.rule);
-    if (o.tflops != 0.0) with.tflops_bf16 = with.tflops_fp8 = o.tflops;
-    if (o.t_lat != "1us") with.latency_ns = r.cfg.latency_ns;
-    r.choice = moe::choose_schedule(pr, K_SM, r.look.point, with);
-  }
+  if (rule) r.choice = moe::choose_schedule(pr, K_SM, r.look.point, *rule);
   return r;
 }
 
@@ -790,43 +833,73 @@ void print_layer(const LayerSpec& spec, int K_SM, const LayerResult& r, bool fir
 }
 
 void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
-  const Platform platform = load_platform(common);
-  const int K_SM = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : platform.sm_count;
-  if (o.jitter < 0.0 || o.jitter >= 1.0) throw InputError("--jitter: a fraction in [0, 1) (got " + std::to_string(o.jitter) + ")");
   if (!o.t_l1.empty() || !o.t_l2.empty() || !o.mix.empty())
     throw InputError("on a layer the tile times and mix come from the shapes and --tflops: leave out --t-l1, --t-l2 and --mix");
   if (o.K_act) throw InputError("on a layer K_act is what the audit predicts: leave out --producers");
   if (!o.rule.empty() && !o.choose) throw InputError("--rule changes the schedule rule: give --choose too");
+  const Platform platform = load_platform(common);
+  const int K_SM = o.sms ? static_cast<int>(o.sms) : platform.sm_count;
+  const double latency_ns = non_negative_time(o.t_lat, "--t-lat");
+  require_in_range(latency_ns, 0.0, kMaxRuleLatencyNs, "--t-lat", "fence latency (ns)");
+  // The audit's tile times come from --tflops or the shipped rule's throughput; the rule's own (--choose) from its
+  // constants after --rule, --tflops and --t-lat replaced them.
+  const moe::ScheduleRule shipped;
+  std::optional<moe::ScheduleRule> rule;
+  if (o.choose) {
+    rule = rule_with(o.rule);
+    if (o.tflops != 0.0) rule->tflops_bf16 = rule->tflops_fp8 = o.tflops;
+    if (o.t_lat_given) rule->latency_ns = latency_ns;
+  }
   const std::vector<LayerSpec> specs = layer_specs(o);
-  json all = json::array();
-  bool first = true;
-  if (!common.json) std::printf("platform  %s  [%s]%s\n", platform.file.c_str(), to_string(platform.path),
-                                platform.model.provisional ? "  PROVISIONAL: the paper's numbers, not measured here" : "");
+
+  // Every layer's times and work first: a command over the budget is refused before any of it is done.
+  std::vector<LayerTimes> times;
+  double steps = 0.0;
   for (const LayerSpec& spec : specs) {
-    const LayerResult r = audit_layer(platform, spec.problem, K_SM, o);
-    if (common.json) all.push_back(layer_json(spec, K_SM, r));
-    else {
-      if (first)
-        std::printf("  M_X at K = %d for one tile's remote bytes: T_iss0 = %s   R = %s   Q = %s\n", K_SM,
-                    format_time_ns(r.look.point.T_iss0_ns).c_str(), format_rate(r.look.point.R_bytes_per_ns).c_str(),
-                    format_bytes(r.look.point.Q_bytes).c_str());
-      print_layer(spec, K_SM, r, first);
-    }
-    first = false;
+    const moe::MoeProblem& pr = spec.problem;
+    const bool fp8 = pr.dtype == moe::DType::fp8_e4m3;
+    times.push_back(o.tflops != 0.0 ? layer_times(pr, K_SM, o.tflops, "--tflops")
+                                    : layer_times(pr, K_SM, fp8 ? shipped.tflops_fp8 : shipped.tflops_bf16, "the shipped rule's throughput"));
+    if (rule)  // the rule derives its own tile times: they must be in range too
+      layer_times(pr, K_SM, fp8 ? rule->tflops_fp8 : rule->tflops_bf16, o.tflops != 0.0 ? "--tflops" : "--rule tflops");
+    const LayerWork w = layer_work(pr, K_SM, times.back().T_L1_ns, times.back().T_L2_ns, moe::ScheduleAuditConfig{}.ticks_per_tile,
+                                   o.jitter, rule ? rule->ticks_per_tile : 1, rule.has_value());
+    if (w.tiles > kMaxLayerTiles)
+      throw InputError((o.grid.empty() ? std::string("the layer (--tokens, --top-k, --experts, --hidden, --inter)") : "--grid: " + spec.name) +
+                       " has " + format_count(w.tiles) + " CTA tiles, over the planner's limit of " + format_count(kMaxLayerTiles) +
+                       " per layer (docs/MODEL.md)");
+    steps += w.steps;
   }
-  if (common.json) {
-    if (o.grid.empty()) {
-      json doc = all.front();
-      doc["kind"] = "moe";
-      doc["platform"] = {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}};
-      emit_json(doc);
-    } else {
-      emit_json({{"kind", "moe"},
-                 {"grid", o.grid},
-                 {"platform", {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}}},
-                 {"configs", all}});
-    }
+  if (steps > kMaxPlanSteps)
+    throw InputError(std::string(o.grid.empty() ? "the layer (--hidden, --inter, --experts, --top-k, --tokens, --sms) needs "
+                                                : "--grid: the " + std::to_string(specs.size()) + " layers need ") +
+                     format_count(steps) + " simulation steps, over the planner's budget of " + format_count(kMaxPlanSteps) +
+                     " (docs/MODEL.md)" + (o.choose ? "; --choose doubles the work" : ""));
+
+  std::vector<LayerResult> results;
+  json all = json::array();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    results.push_back(audit_layer(platform, specs[i].problem, K_SM, o, times[i], latency_ns, rule));
+    all.push_back(layer_json(specs[i], K_SM, results.back()));
   }
+  const json platform_doc = {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}};
+  json doc;
+  if (o.grid.empty()) {
+    doc = all.front();
+    doc["kind"] = "moe";
+    doc["platform"] = platform_doc;
+  } else {
+    doc = {{"kind", "moe"}, {"grid", o.grid}, {"platform", platform_doc}, {"configs", all}};
+  }
+  require_sane_result(doc);
+  if (common.json) return emit_json(doc);
+
+  std::printf("platform  %s  [%s]%s\n", platform.file.c_str(), to_string(platform.path),
+              platform.model.provisional ? "  PROVISIONAL: the paper's numbers, not measured here" : "");
+  const PlatformPoint& m = results.front().look.point;
+  std::printf("  M_X at K = %d for one tile's remote bytes: T_iss0 = %s   R = %s   Q = %s\n", K_SM, format_time_ns(m.T_iss0_ns).c_str(),
+              format_rate(m.R_bytes_per_ns).c_str(), format_bytes(m.Q_bytes).c_str());
+  for (std::size_t i = 0; i < specs.size(); ++i) print_layer(specs[i], K_SM, results[i], i == 0);
 }
 
 void run_moe(const CommonOptions& common, const MoeOptions& o) {
@@ -842,12 +915,12 @@ void run_moe(const CommonOptions& common, const MoeOptions& o) {
   const PlatformLookup look = lookup(platform, k.K_act, B);
   const MoeAudit a = audit_moe(look.point, k);
 
-  if (common.json) {
+  {
     json kernel = {{"b_m", k.b_m},         {"b_n", k.b_n},     {"out_bytes", k.out_bytes}, {"K_act", k.K_act},
                    {"T_L1_ns", k.T_L1_ns}, {"T_L2_ns", k.T_L2_ns}, {"n1", k.mix.n1},       {"n2", k.mix.n2},
                    {"K_SM", k.K_SM}};
     if (k.h_inter) kernel["h_inter"] = *k.h_inter;
-    emit_json({{"kind", "moe"},
+    const json doc = {{"kind", "moe"},
                {"platform", platform_json(platform, look)},
                {"kernel", kernel},
                {"V_t_bytes", a.B_bytes},
@@ -866,8 +939,9 @@ void run_moe(const CommonOptions& common, const MoeOptions& o) {
                                   {"stall_wave_ns", a.stall_wave_ns},
                                   {"T_RS_int_ns", a.T_RS_int_ns},
                                   {"stall_int_ns", a.stall_int_ns}}},
-               {"D_knee_rows", a.D_knee_rows ? json(*a.D_knee_rows) : json(nullptr)}});
-    return;
+               {"D_knee_rows", a.D_knee_rows ? json(*a.D_knee_rows) : json(nullptr)}};
+    require_sane_result(doc);
+    if (common.json) return emit_json(doc);
   }
 
   print_platform_header(platform, look.point);
@@ -900,29 +974,24 @@ void run_moe(const CommonOptions& common, const MoeOptions& o) {
 AttentionKernel validate_attention(const AttentionOptions& o, int default_sms) {
   AttentionKernel k;
   std::tie(k.b_m, k.b_n) = parse_tile(o.tile, "--tile");
-  k.head_dim = checked_int(o.head_dim, 1, 4096, "--head-dim", "head dimension d");
+  k.head_dim = static_cast<int>(o.head_dim);
   k.out_bytes = checked_out_bytes(o.out_bytes);
-  const int sms = o.sms ? checked_int(o.sms, 1, kMaxProducers, "--sms", "SM count") : default_sms;
-  k.K = o.K ? checked_int(o.K, 1, kMaxProducers, "--producers", "producers K") : sms;
+  const int sms = o.sms ? static_cast<int>(o.sms) : default_sms;
+  k.K = o.K ? static_cast<int>(o.K) : sms;
   if (o.sigma.empty() == (o.tflops == 0.0))
     throw InputError("give exactly one of --sigma (Q-loop time per KV tile) and --tflops (attention throughput)");
   if (!o.sigma.empty()) {
     k.sigma_ns = positive_time(o.sigma, "--sigma");
   } else {
-    require_range(o.tflops, 1e-3, 1e5, "--tflops", "throughput (TFLOP/s)");
-    k.sigma_ns = sigma_from_throughput_ns(k.b_m, k.b_n, k.head_dim, o.tflops, sms);
+    k.sigma_ns = tile_time(sigma_from_throughput_ns(k.b_m, k.b_n, k.head_dim, o.tflops, sms), "--tflops",
+                           "the Q-loop time per KV tile from --tile, --head-dim, --tflops and the SM count");
   }
   // One QK^T mainloop is half the work of a KV tile (QK^T and PV): the default cover window.
   k.G_QK_ns = o.t_qk.empty() ? k.sigma_ns / 2.0 : non_negative_time(o.t_qk, "--t-qk");
   k.T_lat_ns = non_negative_time(o.t_lat, "--t-lat");
-  k.heads = checked_int(o.heads, 1, kMaxProducers, "--heads", "heads per rank");
-  k.batch = checked_int(o.batch, 1, kMaxProducers, "--batch", "batch");
-  if (o.ranks != 0) {
-    const int P = checked_int(o.ranks, 1, 72, "--ranks", "Ulysses ranks");
-    k.remote_fraction = static_cast<double>(P - 1) / P;
-  }
-  if (o.seq_lens.empty()) throw InputError("--seq-len: give at least one sequence length M (e.g. --seq-len 1024,8192)");
-  for (std::int64_t M : o.seq_lens) require_range(static_cast<double>(M), 1.0, 1e9, "--seq-len", "sequence length M");
+  k.heads = static_cast<int>(o.heads);
+  k.batch = static_cast<int>(o.batch);
+  if (o.ranks != 0) k.remote_fraction = static_cast<double>(o.ranks - 1) / static_cast<double>(o.ranks);
   return k;
 }
 
@@ -931,9 +1000,9 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
   const AttentionKernel k = validate_attention(o, platform.sm_count);
   const double B = attention_tile_bytes(k.b_m, k.head_dim, k.out_bytes);
   const PlatformLookup look = lookup(platform, k.K, B);
-  const AttentionAudit a = audit_attention(look.point, k, o.seq_lens);
+  const AttentionAudit a = with_option_name(o.sigma.empty() ? "--tflops" : "--sigma", [&] { return audit_attention(look.point, k, o.seq_lens); });
 
-  if (common.json) {
+  {
     json points = json::array();
     for (const AttentionPoint& pt : a.points)
       points.push_back({{"M", pt.M},
@@ -948,7 +1017,7 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                         {"E_tail_ns", pt.E_tail_ns},
                         {"E_res_ns", pt.E_res_ns},
                         {"design_test", design_test_json(pt.test)}});
-    emit_json({{"kind", "attention"},
+    const json doc = {{"kind", "attention"},
                {"platform", platform_json(platform, look)},
                {"kernel", {{"b_m", k.b_m}, {"b_n", k.b_n}, {"head_dim", k.head_dim}, {"out_bytes", k.out_bytes},
                            {"K", k.K}, {"sigma_ns", k.sigma_ns}, {"G_QK_ns", k.G_QK_ns}, {"T_lat_ns", k.T_lat_ns},
@@ -961,8 +1030,9 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                {"M_ub_tokens", a.M_ub},
                {"verdict", verdict_id(a.verdict)},
                {"action", a.action},
-               {"seq_lens", points}});
-    return;
+               {"seq_lens", points}};
+    require_sane_result(doc);
+    if (common.json) return emit_json(doc);
   }
 
   print_platform_header(platform, look.point);
@@ -992,8 +1062,8 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
 // ---------------------------------------------------------------------------------------------
 
 void add_common_options(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--platform", o.platform_file,
-                  "platform file from `xstage calibrate` (default: the shipped platforms/h200_nvlink4.json)");
+  add_path(cmd, "--platform", o.platform_file,
+           "platform file from `xstage calibrate` (default: the shipped platforms/h200_nvlink4.json)");
   cmd->add_option("--store-path", o.store_path, "st_global_16B (plain 16-byte stores) or tma_bulk (TMA bulk stores)");
   cmd->add_flag("--json", o.json, "machine-readable output on stdout (warnings stay on stderr)");
 }
@@ -1002,17 +1072,15 @@ void add_pattern(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   auto o = std::make_shared<PatternOptions>();
   CLI::App* cmd = plan->add_subcommand(
       "pattern", "A periodic burst pattern: K producers each store B bytes, then compute for a gap G (Eq. 3-10).");
-  cmd->add_option("-K,--producers", o->K, "concurrent producers K (CTAs or warps that store)")->required();
+  add_integer(cmd, "-K,--producers", o->K, 1, kMaxProducers, "concurrent producers K (CTAs or warps that store)")->required();
   cmd->add_option("-B,--burst", o->burst, "bytes per producer per burst, e.g. 32KiB");
   cmd->add_option("-V,--volume", o->volume, "aggregate burst V = K*B instead of --burst, e.g. 4.6MiB");
-  cmd->add_option("-G,--gap", o->gaps, "useful work between bursts, e.g. 2us; a list (0,2us,6us) prints a sweep")
-      ->required()
-      ->delimiter(',');
+  add_list(cmd, "-G,--gap", o->gaps, "useful work between bursts, e.g. 2us; a list (0,2us,6us) prints a sweep")->required();
   cmd->add_flag("--simulate", o->sim.simulate, "also run the fluid X-Stage simulator (distributions of T_iss, T_period)");
   cmd->add_option("--stagger", o->sim.stagger, "simulator: spread producer start phases evenly over this time");
   cmd->add_option("--jitter", o->sim.jitter, "simulator: each gap varies uniformly by +- this much");
-  cmd->add_option("--bursts", o->sim.bursts, "simulator: bursts per producer (first half is warm-up; default 100)");
-  cmd->add_option("--seed", o->sim.seed, "simulator: seed for the jitter (default 1)");
+  add_integer(cmd, "--bursts", o->sim.bursts, 2, 100000, "simulator: bursts per producer (first half is warm-up; default 100)");
+  add_integer(cmd, "--seed", o->sim.seed, 0, INT64_MAX, "simulator: seed for the jitter (default 1)");
   cmd->callback([common, o] { run_pattern(*common, *o); });
 }
 
@@ -1020,29 +1088,32 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   auto o = std::make_shared<MoeOptions>();
   CLI::App* cmd = plan->add_subcommand(
       "moe", "A MegaMoE layer: expert-wave vs interleaved L1/L2 schedule (paper §4.2, Eq. 12-15, D_knee).");
-  cmd->add_option("-K,--producers", o->K_act,
-                  "K_act: L2 epilogues whose tile boundaries align in one burst (the aligned closed form; not with a layer)");
+  add_integer(cmd, "-K,--producers", o->K_act, 1, kMaxProducers,
+              "K_act: L2 epilogues whose tile boundaries align in one burst (the aligned closed form; not with a layer)");
   cmd->add_option("--tile", o->tile, "tile b_m x b_n (default 128x128; on a layer: the kernel's, 128x256 where the shapes allow)");
-  cmd->add_option("--out-bytes", o->out_bytes, "bytes per combine element s_out (default 2, bf16)");
+  add_integer(cmd, "--out-bytes", o->out_bytes, 1, 8, "bytes per combine element s_out (default 2, bf16)");
   cmd->add_option("--t-l1", o->t_l1, "Linear-1 mainloop time per tile, e.g. 3us");
   cmd->add_option("--t-l2", o->t_l2, "Linear-2 mainloop time per tile, e.g. 1.2us");
-  cmd->add_option("--hidden", o->hidden, "hidden size h (with --inter and --tflops instead of --t-l1/--t-l2)");
-  cmd->add_option("--inter", o->inter, "expert intermediate size h_inter (also gives D_knee and the tile mix)");
-  cmd->add_option("--tflops", o->tflops, "whole-GPU GEMM throughput assumption, TFLOP/s");
+  add_integer(cmd, "--hidden", o->hidden, 1, kMaxMoeHidden, "hidden size h (with --inter and --tflops instead of --t-l1/--t-l2)");
+  add_integer(cmd, "--inter", o->inter, 1, kMaxMoeHidden, "expert intermediate size h_inter (also gives D_knee and the tile mix)");
+  add_number(cmd, "--tflops", o->tflops, kMinTflops, kMaxTflops, "whole-GPU GEMM throughput assumption, TFLOP/s");
   cmd->add_option("--mix", o->mix, "L1:L2 tiles per steady cycle n1:n2 (default 2*h_inter : h)");
-  cmd->add_option("--sms", o->sms, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
-  cmd->add_option("--experts", o->experts, "layer: experts E (all ranks); with --top-k and --tokens: the audit per schedule");
-  cmd->add_option("--top-k", o->top_k, "layer: experts per token k");
-  cmd->add_option("--tokens", o->tokens, "layer: tokens per rank T");
-  cmd->add_option("--ranks", o->ranks, "layer: expert-parallel ranks P (default 2)");
+  add_integer(cmd, "--sms", o->sms, 1, kMaxSmCount, "SMs running the persistent kernel K_SM (default: the platform's sm_count)");
+  add_integer(cmd, "--experts", o->experts, 1, kMaxMoeExperts,
+              "layer: experts E (all ranks); with --top-k and --tokens: the audit per schedule");
+  add_integer(cmd, "--top-k", o->top_k, 1, kMaxMoeTopK, "layer: experts per token k");
+  add_integer(cmd, "--tokens", o->tokens, 1, kMaxMoeTokens, "layer: tokens per rank T");
+  add_integer(cmd, "--ranks", o->ranks, 1, kMaxMoeRanks, "layer: expert-parallel ranks P (default 2)");
   cmd->add_option("--dtype", o->dtype, "layer: bf16 (default) or fp8 (W8A8)");
   cmd->add_option("--t-lat", o->t_lat, "layer: fence latency after a tile's bytes drained (default 1us)");
-  cmd->add_option("--jitter", o->jitter, "layer: tile times vary by +- this fraction in the lockstep simulation (default 0)");
+  add_number(cmd, "--jitter", o->jitter, 0.0, 0.99,
+             "layer: tile times vary by +- this fraction in the lockstep simulation (default 0)");
   cmd->add_flag("--choose", o->choose, "layer: also the schedule rule's choice (moe::choose_schedule) with its terms");
-  cmd->add_option("--grid", o->grid, "every configuration of a bench grid (configs/moe_grid.json format), balanced load");
+  add_path(cmd, "--grid", o->grid, "every configuration of a bench grid (configs/moe_grid.json format), balanced load");
   cmd->add_option("--rule", o->rule, "with --choose: replace one constant of the schedule rule, NAME=VALUE (repeatable)");
   cmd->callback([common, o, cmd] {
     o->tile_given = cmd->count("--tile") > 0;
+    o->t_lat_given = cmd->count("--t-lat") > 0;
     run_moe(*common, *o);
   });
 }
@@ -1051,21 +1122,23 @@ void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   auto o = std::make_shared<AttentionOptions>();
   CLI::App* cmd = plan->add_subcommand(
       "attention", "FlashAttention with the Ulysses all-to-all fused into its epilogue (paper §4.3, Eq. 16-18).");
-  cmd->add_option("-M,--seq-len", o->seq_lens, "sequence length(s) M per rank after the first all-to-all, e.g. 1024,8192")
-      ->required()
-      ->delimiter(',');
+  add_integer_list(cmd, "-M,--seq-len", o->seq_lens, 1, kMaxSeqLen,
+                   "sequence length(s) M per rank after the first all-to-all, e.g. 1024,8192")
+      ->required();
   cmd->add_option("--tile", o->tile, "b_m x b_n: query rows per output tile x KV rows per KV tile (default 128x128)");
-  cmd->add_option("--head-dim", o->head_dim, "head dimension d (default 128)");
-  cmd->add_option("--out-bytes", o->out_bytes, "bytes per output element s_out (default 2, bf16)");
-  cmd->add_option("-K,--producers", o->K, "concurrent persistent CTAs, all aligned in the worst case (default: SM count)");
+  add_integer(cmd, "--head-dim", o->head_dim, 1, kMaxTileDim, "head dimension d (default 128)");
+  add_integer(cmd, "--out-bytes", o->out_bytes, 1, 8, "bytes per output element s_out (default 2, bf16)");
+  add_integer(cmd, "-K,--producers", o->K, 1, kMaxProducers,
+              "concurrent persistent CTAs, all aligned in the worst case (default: SM count)");
   cmd->add_option("--sigma", o->sigma, "Q-loop time per KV tile, e.g. 0.79us");
-  cmd->add_option("--tflops", o->tflops, "attention throughput assumption in TFLOP/s instead of --sigma");
-  cmd->add_option("--heads", o->heads, "heads on this rank (H/P under Ulysses; default 1)");
-  cmd->add_option("--batch", o->batch, "batch size (default 1)");
-  cmd->add_option("--ranks", o->ranks, "Ulysses ranks P: (P-1)/P of the output rows leave the rank (default: all of them)");
+  add_number(cmd, "--tflops", o->tflops, kMinTflops, kMaxTflops, "attention throughput assumption in TFLOP/s instead of --sigma");
+  add_integer(cmd, "--heads", o->heads, 1, kMaxHeads, "heads on this rank (H/P under Ulysses; default 1)");
+  add_integer(cmd, "--batch", o->batch, 1, kMaxBatch, "batch size (default 1)");
+  add_integer(cmd, "--ranks", o->ranks, 1, 72,
+              "Ulysses ranks P: (P-1)/P of the output rows leave the rank (default: all of them)");
   cmd->add_option("--t-qk", o->t_qk, "double-buffered cover window G_QK (default sigma/2, one QK^T mainloop)");
   cmd->add_option("--t-lat", o->t_lat, "fixed completion latency for the completion-coupled counterfactual (default 1us)");
-  cmd->add_option("--sms", o->sms, "SM count for --tflops and the default K (default: the platform's sm_count)");
+  add_integer(cmd, "--sms", o->sms, 1, kMaxSmCount, "SM count for --tflops and the default K (default: the platform's sm_count)");
   cmd->callback([common, o] { run_attention(*common, *o); });
 }
 

@@ -26,6 +26,7 @@
 #include "attention/tile_shapes.hpp"
 #include "attention/ulysses/layer.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/shipped_files.hpp"
 #include "comm/launcher.hpp"
 #include "comm/runtime.hpp"
@@ -451,20 +452,13 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
   return 0;
 }
 
+// The numbers were checked as they were read (ranges in add_ulysses_command); what is left is checked here, before
+// any rank or GPU exists.
 void validate_args(const UlyssesArgs& a, bool check) {
-  XSTAGE_REQUIRE(a.gpus >= 0, "--gpus must be at least 1");
-  XSTAGE_REQUIRE(a.virtual_ranks >= 0 && a.virtual_ranks <= attention::kMaxUlyssesRanks,
-                 "--virtual-ranks must be 1 to " + std::to_string(attention::kMaxUlyssesRanks));
-  XSTAGE_REQUIRE(a.launches >= 1, "--launches must be at least 1");
-  XSTAGE_REQUIRE(a.trials >= 1 && a.replays >= 1, "--trials and --replays must be at least 1");
-  XSTAGE_REQUIRE(a.device_timeout_s > 0 && std::isfinite(a.device_timeout_s), "--device-timeout-s must be a positive number of seconds");
   store_path_list(a.store_paths);
   if (!check) {
-    XSTAGE_REQUIRE(!a.seqlens.empty() && !a.heads_per_rank.empty() && !a.head_dims.empty(), "--seqlens, --heads and --head-dims need values");
     for (int d : a.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: 64 or 128, got " + std::to_string(d));
-    for (int h : a.heads_per_rank) XSTAGE_REQUIRE(h >= 1, "--heads: heads per rank must be >= 1");
-    for (int m : a.seqlens) XSTAGE_REQUIRE(m >= 1, "--seqlens: M must be >= 1");
-    XSTAGE_REQUIRE(a.batch >= 1, "--batch must be >= 1");
+    if (!a.platform.empty()) with_option_name("--platform", [&] { return model::read_platform_file(a.platform); });
   }
 }
 
@@ -498,30 +492,32 @@ void add_ulysses_command(CLI::App& attention) {
   ulysses->require_subcommand(1);
   auto args = std::make_shared<UlyssesArgs>();
   auto common = [&](CLI::App* cmd) {
-    cmd->add_option("--gpus", args->gpus, "local GPUs (ranks) to use (default: all visible)");
-    cmd->add_option("--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)")->delimiter(',');
-    cmd->add_option("--device-timeout-s", args->device_timeout_s, "bound of every device-side wait (default 10 s)");
-    cmd->add_option("--out", args->out, "write the results as JSON here");
+    add_integer(cmd, "--gpus", args->gpus, 1, 1024, "local GPUs (ranks) to use (default: all visible)");
+    add_list(cmd, "--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)");
+    add_number(cmd, "--device-timeout-s", args->device_timeout_s, 1e-3, 86400, "bound of every device-side wait (default 10 s)");
+    add_path(cmd, "--out", args->out, "write the results as JSON to this file");
   };
   CLI::App* check = ulysses->add_subcommand("check", "Serial against the fp32 reference of the whole sequence (rel L2 <= 1e-2), and the fused\n"
                                                      "output bit-identical to the serial one, on awkward shapes; exit 1 on failure.");
   common(check);
-  check->add_option("--virtual-ranks", args->virtual_ranks, "hold P ranks in this process on one GPU instead (1 to 8)");
-  check->add_option("--seed", args->seed, "input seed (default: fresh, printed)");
-  check->add_option("--launches", args->launches, "fused calls per case and store path, output poisoned before each (default 3)");
+  add_integer(check, "--virtual-ranks", args->virtual_ranks, 1, attention::kMaxUlyssesRanks,
+              "hold P ranks in this process on one GPU instead (1 to " + std::to_string(attention::kMaxUlyssesRanks) + ")");
+  add_integer(check, "--seed", args->seed, 1, INT64_MAX, "input seed (default: fresh, printed)");
+  add_integer(check, "--launches", args->launches, 1, 1000000,
+              "fused calls per case and store path, output poisoned before each (default 3)");
   check->add_flag("--quick", args->quick, "the two smallest shapes only (for compute-sanitizer)");
   check->callback([args] { spawn_or_run(*args, true); });
   CLI::App* bench = ulysses->add_subcommand("bench", "FA-only, A2A-only, serial, fused (each store path) and the whole layer, per M, heads\n"
                                                      "per rank and head dim, with the X-Stage audit's predicted residual beside the measured one.");
   common(bench);
-  bench->add_option("--seqlens", args->seqlens, "sequence lengths M (whole sequence)")->delimiter(',');
-  bench->add_option("--heads", args->heads_per_rank, "heads per rank (H/P)")->delimiter(',');
-  bench->add_option("--head-dims", args->head_dims, "head dims (64, 128)")->delimiter(',');
-  bench->add_option("--batch", args->batch, "batch (default 1)");
-  bench->add_option("--trials", args->trials, "timed trials per variant (default 20)");
-  bench->add_option("--replays", args->replays, "calls per CUDA graph (default 10)");
-  bench->add_option("--warmup-ms", args->warmup_ms, "GPU warm-up before the first shape (default 1000)");
-  bench->add_option("--platform", args->platform, "platform file for the predictions (default: the shipped H200 calibration)");
+  add_integer_list(bench, "--seqlens", args->seqlens, 1, 1 << 22, "sequence lengths M (whole sequence)");
+  add_integer_list(bench, "--heads", args->heads_per_rank, 1, 1024, "heads per rank (H/P)");
+  add_integer_list(bench, "--head-dims", args->head_dims, 64, 128, "head dims (64, 128)");
+  add_integer(bench, "--batch", args->batch, 1, 4096, "batch (default 1)");
+  add_integer(bench, "--trials", args->trials, 1, 100000, "timed trials per variant (default 20)");
+  add_integer(bench, "--replays", args->replays, 1, 100000, "calls per CUDA graph (default 10)");
+  add_number(bench, "--warmup-ms", args->warmup_ms, 0, 600000, "GPU warm-up before the first shape (default 1000)");
+  add_path(bench, "--platform", args->platform, "platform file for the predictions (default: the shipped H200 calibration)");
   bench->callback([args] { spawn_or_run(*args, false); });
 }
 

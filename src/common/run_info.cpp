@@ -41,16 +41,6 @@ void write_json_file(const std::string& path, const nlohmann::json& doc, int ind
   if (!out) throw Error("failed writing '" + path + "'");
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot open '" + path + "': no such file or not readable");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError("'" + path + "' is not valid JSON: " + e.what());
-  }
-}
-
 void ensure_directory(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);

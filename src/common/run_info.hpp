@@ -17,8 +17,6 @@ std::string utc_timestamp();
 // Writes `doc` to `path` (indented by `indent` spaces, -1: compact; trailing newline), creating its folder; throws
 // xstage::Error naming the path.
 void write_json_file(const std::string& path, const nlohmann::json& doc, int indent = 2);
-// Reads and parses `path`; throws InputError naming the path and the parse error.
-nlohmann::json read_json_file(const std::string& path);
 
 // Creates a directory (and parents) or throws naming it.
 void ensure_directory(const std::string& path);

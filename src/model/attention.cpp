@@ -84,7 +84,13 @@ double qloop_gap_lower_bound_ns(double sigma_ns, std::int64_t M, int b_n) {
 
 std::int64_t sufficient_seq_len(double G_star_ns, double sigma_ns, int b_n) {
   require_positive(sigma_ns, "time per KV tile sigma");
-  return static_cast<std::int64_t>(b_n) * static_cast<std::int64_t>(std::ceil(G_star_ns / sigma_ns));
+  const double M_ub = static_cast<double>(b_n) * std::ceil(G_star_ns / sigma_ns);
+  // Computed in double so that it cannot wrap; a length past 2^53 tokens is no sequence (and no longer exact).
+  if (!(M_ub <= 9007199254740992.0))
+    throw InputError("the sufficient length M_ub* = b_n*ceil(G*/sigma) = " + std::to_string(M_ub) + " tokens (G* = " +
+                     format_time_ns(G_star_ns) + ", sigma = " + format_time_ns(sigma_ns) +
+                     ") is beyond any sequence: check the units of sigma and the platform's R");
+  return static_cast<std::int64_t>(M_ub);
 }
 
 double sigma_from_throughput_ns(int b_m, int b_n, int head_dim, double tflops, int K_SM) {

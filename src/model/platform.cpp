@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/json_file.hpp"
 #include "common/run_info.hpp"
 #include "model/units.hpp"
 
@@ -23,120 +24,77 @@ std::string number_text(double x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reading: every failure names the file and the JSON path of the field.
+// Reading and checking: every failure names the file, the field's JSON pointer and its range.
 // ---------------------------------------------------------------------------------------------
 
-class FieldReader {
- public:
-  explicit FieldReader(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
-    throw InputError(source_ + ": field '" + field + "': " + problem);
-  }
-
-  const nlohmann::json& member(const nlohmann::json& obj, const std::string& parent,
-                               const std::string& key) const {
-    const std::string field = parent.empty() ? key : parent + "." + key;
-    if (!obj.contains(key)) fail(field, "missing");
-    return obj.at(key);
-  }
-
-  double positive_number(const nlohmann::json& obj, const std::string& parent, const std::string& key) const {
-    const nlohmann::json& v = member(obj, parent, key);
-    const std::string field = parent + "." + key;
-    if (!v.is_number()) fail(field, "must be a number (got " + v.dump() + ")");
-    const double x = v.get<double>();
-    if (!std::isfinite(x) || x <= 0.0) fail(field, "must be a positive number (got " + v.dump() + ")");
-    return x;
-  }
-
-  std::int64_t positive_integer(const nlohmann::json& obj, const std::string& parent,
-                                const std::string& key) const {
-    const nlohmann::json& v = member(obj, parent, key);
-    const std::string field = parent + "." + key;
-    if (!v.is_number_integer()) fail(field, "must be an integer (got " + v.dump() + ")");
-    const std::int64_t x = v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>())
-                                                  : v.get<std::int64_t>();
-    if (x <= 0) fail(field, "must be a positive integer (got " + v.dump() + ")");
-    return x;
-  }
-
-  const nlohmann::json& non_empty_array(const nlohmann::json& obj, const std::string& parent,
-                                        const std::string& key) const {
-    const nlohmann::json& v = member(obj, parent, key);
-    if (!v.is_array()) fail(parent + "." + key, "must be an array of measured points");
-    if (v.empty()) fail(parent + "." + key, "must hold at least one measured point");
-    return v;
-  }
-
- private:
-  std::string source_;
-};
-
-int checked_K(const FieldReader& r, const nlohmann::json& obj, const std::string& parent) {
-  const std::int64_t K = r.positive_integer(obj, parent, "K");
-  if (K > 1'000'000) r.fail(parent + ".K", "is absurdly large (" + std::to_string(K) + " producers)");
-  return static_cast<int>(K);
-}
-
-PlatformTriple triple_from_json(const FieldReader& r, const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object()) r.fail(where, "must be an object with R_bytes_per_ns, T_iss0 and Q");
+PlatformTriple triple_from_json(const JsonFields& r, const nlohmann::json& j, const std::string& at) {
+  r.object(j, at, {"R_bytes_per_ns", "T_iss0", "Q", "fit"});
   PlatformTriple t;
-  t.R_bytes_per_ns = r.positive_number(j, where, "R_bytes_per_ns");
+  t.R_bytes_per_ns = r.number(r.member(j, at, "R_bytes_per_ns"), json_pointer(at, "R_bytes_per_ns"), kMinR_bytes_per_ns,
+                              kMaxR_bytes_per_ns, "bytes/ns");
 
-  const nlohmann::json& iss = r.non_empty_array(j, where, "T_iss0");
+  const std::string iss_at = json_pointer(at, "T_iss0");
+  const nlohmann::json& iss = r.member(j, at, "T_iss0");
+  r.array(iss, iss_at, 1, kMaxPlatformPoints);
   for (std::size_t i = 0; i < iss.size(); ++i) {
-    const std::string at = where + ".T_iss0[" + std::to_string(i) + "]";
-    if (!iss[i].is_object()) r.fail(at, "must be an object {K, B_bytes, T_iss0_ns}");
+    const std::string pt_at = json_pointer(iss_at, i);
+    r.object(iss[i], pt_at, {"K", "B_bytes", "T_iss0_ns"});
     IssuePoint pt;
-    pt.K = checked_K(r, iss[i], at);
-    pt.B_bytes = r.positive_integer(iss[i], at, "B_bytes");
-    pt.T_iss0_ns = r.positive_number(iss[i], at, "T_iss0_ns");
+    pt.K = static_cast<int>(r.integer(r.member(iss[i], pt_at, "K"), json_pointer(pt_at, "K"), 1, kMaxProducers, "producers"));
+    pt.B_bytes = r.integer(r.member(iss[i], pt_at, "B_bytes"), json_pointer(pt_at, "B_bytes"), 1, kMaxB_bytes, "bytes");
+    pt.T_iss0_ns = r.number(r.member(iss[i], pt_at, "T_iss0_ns"), json_pointer(pt_at, "T_iss0_ns"), kMinT_iss0_ns,
+                            kMaxT_iss0_ns, "ns");
     t.T_iss0.push_back(pt);
   }
 
-  const nlohmann::json& cap = r.non_empty_array(j, where, "Q");
+  const std::string q_at = json_pointer(at, "Q");
+  const nlohmann::json& cap = r.member(j, at, "Q");
+  r.array(cap, q_at, 1, kMaxPlatformPoints);
   for (std::size_t i = 0; i < cap.size(); ++i) {
-    const std::string at = where + ".Q[" + std::to_string(i) + "]";
-    if (!cap[i].is_object()) r.fail(at, "must be an object {K, Q_bytes}");
+    const std::string pt_at = json_pointer(q_at, i);
+    r.object(cap[i], pt_at, {"K", "Q_bytes"});
     CapacityPoint pt;
-    pt.K = checked_K(r, cap[i], at);
-    pt.Q_bytes = r.positive_number(cap[i], at, "Q_bytes");
+    pt.K = static_cast<int>(r.integer(r.member(cap[i], pt_at, "K"), json_pointer(pt_at, "K"), 1, kMaxProducers, "producers"));
+    pt.Q_bytes = r.number(r.member(cap[i], pt_at, "Q_bytes"), json_pointer(pt_at, "Q_bytes"), kMinQ_bytes, kMaxQ_bytes, "bytes");
     t.Q.push_back(pt);
   }
 
   if (j.contains("fit")) {
-    if (!j.at("fit").is_object()) r.fail(where + ".fit", "must be an object");
+    if (!j.at("fit").is_object()) r.fail(json_pointer(at, "fit"), "must be an object");
     t.fit = j.at("fit");
   }
   return t;
 }
 
-// Checks that hold for files and in-memory models alike.
-void validate_triple(const FieldReader& r, const PlatformTriple& t, const std::string& where) {
-  if (!std::isfinite(t.R_bytes_per_ns) || t.R_bytes_per_ns <= 0.0)
-    r.fail(where + ".R_bytes_per_ns", "must be a positive number (got " + number_text(t.R_bytes_per_ns) + ")");
-  if (t.T_iss0.empty()) r.fail(where + ".T_iss0", "must hold at least one measured point");
-  if (t.Q.empty()) r.fail(where + ".Q", "must hold at least one measured point");
+// The range checks of the reader, on a model built in memory (the same constants, the same messages).
+void check_range(const JsonFields& r, double x, const std::string& at, double lo, double hi, const std::string& unit) {
+  if (!(x >= lo && x <= hi))
+    r.fail(at, "must be a number in [" + number_text(lo) + ", " + number_text(hi) + "] " + unit + " (got " + number_text(x) + ")");
+}
+
+void validate_triple(const JsonFields& r, const PlatformTriple& t, const std::string& at) {
+  check_range(r, t.R_bytes_per_ns, json_pointer(at, "R_bytes_per_ns"), kMinR_bytes_per_ns, kMaxR_bytes_per_ns, "bytes/ns");
+  for (const auto& [list, size] : {std::pair{"T_iss0", t.T_iss0.size()}, std::pair{"Q", t.Q.size()}})
+    if (size < 1 || size > kMaxPlatformPoints)
+      r.fail(json_pointer(at, list), "must hold 1 to " + std::to_string(kMaxPlatformPoints) + " measured points (got " +
+                                         std::to_string(size) + ")");
   std::set<std::pair<int, std::int64_t>> seen_iss;
   for (std::size_t i = 0; i < t.T_iss0.size(); ++i) {
     const IssuePoint& pt = t.T_iss0[i];
-    const std::string at = where + ".T_iss0[" + std::to_string(i) + "]";
-    if (pt.K <= 0) r.fail(at + ".K", "must be a positive integer (got " + std::to_string(pt.K) + ")");
-    if (pt.B_bytes <= 0) r.fail(at + ".B_bytes", "must be a positive integer (got " + std::to_string(pt.B_bytes) + ")");
-    if (!std::isfinite(pt.T_iss0_ns) || pt.T_iss0_ns <= 0.0)
-      r.fail(at + ".T_iss0_ns", "must be a positive number (got " + number_text(pt.T_iss0_ns) + ")");
+    const std::string pt_at = json_pointer(json_pointer(at, "T_iss0"), i);
+    check_range(r, pt.K, json_pointer(pt_at, "K"), 1, kMaxProducers, "producers");
+    check_range(r, static_cast<double>(pt.B_bytes), json_pointer(pt_at, "B_bytes"), 1, static_cast<double>(kMaxB_bytes), "bytes");
+    check_range(r, pt.T_iss0_ns, json_pointer(pt_at, "T_iss0_ns"), kMinT_iss0_ns, kMaxT_iss0_ns, "ns");
     if (!seen_iss.insert({pt.K, pt.B_bytes}).second)
-      r.fail(at, "duplicate point K=" + std::to_string(pt.K) + ", B_bytes=" + std::to_string(pt.B_bytes));
+      r.fail(pt_at, "duplicate point K=" + std::to_string(pt.K) + ", B_bytes=" + std::to_string(pt.B_bytes));
   }
   std::set<int> seen_q;
   for (std::size_t i = 0; i < t.Q.size(); ++i) {
     const CapacityPoint& pt = t.Q[i];
-    const std::string at = where + ".Q[" + std::to_string(i) + "]";
-    if (pt.K <= 0) r.fail(at + ".K", "must be a positive integer (got " + std::to_string(pt.K) + ")");
-    if (!std::isfinite(pt.Q_bytes) || pt.Q_bytes <= 0.0)
-      r.fail(at + ".Q_bytes", "must be a positive number (got " + number_text(pt.Q_bytes) + ")");
-    if (!seen_q.insert(pt.K).second) r.fail(at, "duplicate point K=" + std::to_string(pt.K));
+    const std::string pt_at = json_pointer(json_pointer(at, "Q"), i);
+    check_range(r, pt.K, json_pointer(pt_at, "K"), 1, kMaxProducers, "producers");
+    check_range(r, pt.Q_bytes, json_pointer(pt_at, "Q_bytes"), kMinQ_bytes, kMaxQ_bytes, "bytes");
+    if (!seen_q.insert(pt.K).second) r.fail(pt_at, "duplicate point K=" + std::to_string(pt.K));
   }
 }
 
@@ -247,43 +205,38 @@ nlohmann::json to_json(const PlatformModel& model) {
 }
 
 PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name) {
-  const FieldReader r(source_name);
-  if (!doc.is_object()) throw InputError(source_name + ": not a platform file (the top level must be a JSON object)");
-  const nlohmann::json& schema = r.member(doc, "", "schema");
-  if (!schema.is_string() || schema.get<std::string>() != kSchema)
-    r.fail("schema", std::string("expected \"") + kSchema + "\" (got " + schema.dump() + ")");
+  const JsonFields r(source_name);
+  r.object(doc, "", {"schema", "provisional", "provenance", "store_paths"});
+  r.string(r.member(doc, "", "schema"), "/schema", {kSchema});
 
   PlatformModel model;
-  if (doc.contains("provisional")) {
-    if (!doc.at("provisional").is_boolean()) r.fail("provisional", "must be true or false");
-    model.provisional = doc.at("provisional").get<bool>();
-  }
+  if (doc.contains("provisional")) model.provisional = r.boolean(doc.at("provisional"), "/provisional");
   if (doc.contains("provenance")) {
-    if (!doc.at("provenance").is_object()) r.fail("provenance", "must be an object");
-    model.provenance = doc.at("provenance");
+    // Free-form record of how the file was made; only sm_count is read (the default K of `xstage plan`).
+    const nlohmann::json& prov = doc.at("provenance");
+    if (!prov.is_object()) r.fail("/provenance", "must be an object");
+    if (prov.contains("sm_count")) r.integer(prov.at("sm_count"), "/provenance/sm_count", 1, kMaxSmCount, "SMs");
+    model.provenance = prov;
   }
 
   const nlohmann::json& paths = r.member(doc, "", "store_paths");
-  if (!paths.is_object() || paths.empty())
-    r.fail("store_paths", "must be an object with at least one of st_global_16B, tma_bulk");
-  for (const auto& [name, j] : paths.items()) {
-    StorePath path{};
-    try {
-      path = store_path_from_string(name);
-    } catch (const InputError&) {
-      r.fail("store_paths." + name, "unknown store path (expected st_global_16B or tma_bulk)");
-    }
-    model.store_paths[path] = triple_from_json(r, j, "store_paths." + name);
-  }
+  r.object(paths, "/store_paths", {"st_global_16B", "tma_bulk"});
+  for (const auto& [name, j] : paths.items())
+    model.store_paths[store_path_from_string(name)] = triple_from_json(r, j, json_pointer("/store_paths", name));
   validate_platform(model, source_name);
   return model;
 }
 
 void validate_platform(const PlatformModel& model, const std::string& source_name) {
-  const FieldReader r(source_name);
-  if (model.store_paths.empty()) r.fail("store_paths", "must hold at least one store path");
-  for (const auto& [path, t] : model.store_paths)
-    validate_triple(r, t, std::string("store_paths.") + to_string(path));
+  const JsonFields r(source_name);
+  if (model.store_paths.empty()) r.fail("/store_paths", "must hold at least one of st_global_16B, tma_bulk");
+  for (const auto& [path, t] : model.store_paths) validate_triple(r, t, json_pointer("/store_paths", to_string(path)));
+}
+
+int platform_sm_count(const PlatformModel& model) {
+  const nlohmann::json& prov = model.provenance;
+  const auto it = prov.find("sm_count");
+  return it != prov.end() && it->is_number_integer() ? it->get<int>() : 0;
 }
 
 void write_platform_file(const std::string& path, const PlatformModel& model) {

@@ -69,13 +69,30 @@ struct PlatformModel {
   std::map<StorePath, PlatformTriple> store_paths;
 };
 
+// The physical range of every number in a platform file; a value outside is refused, naming the file, the
+// field's JSON pointer and the range (docs/MODEL.md lists them). Wide enough for any GPU interconnect, narrow
+// enough that every closed form and simulation on them stays finite.
+inline constexpr double kMinR_bytes_per_ns = 1e-3;      // 1 MB/s
+inline constexpr double kMaxR_bytes_per_ns = 1e5;       // 100 TB/s
+inline constexpr double kMinT_iss0_ns = 1e-3;           // 1 ps
+inline constexpr double kMaxT_iss0_ns = 1e10;           // 10 s
+inline constexpr double kMinQ_bytes = 1.0;
+inline constexpr double kMaxQ_bytes = 1099511627776.0;  // 1 TiB
+inline constexpr std::int64_t kMaxB_bytes = std::int64_t{1} << 36;  // 64 GiB per producer
+inline constexpr int kMaxProducers = 1'000'000;         // K: CTAs or warps that store
+inline constexpr int kMaxSmCount = 16384;               // provenance.sm_count (and `xstage plan --sms`)
+inline constexpr std::size_t kMaxPlatformPoints = 100'000;  // per T_iss0 grid or Q list
+
 nlohmann::json to_json(const PlatformModel& model);
 PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name);
 void write_platform_file(const std::string& path, const PlatformModel& model);
 PlatformModel read_platform_file(const std::string& path);  // InputError naming the file and field
 
+// provenance.sm_count when the file records it (checked by the reader to lie in [1, kMaxSmCount]), else 0.
+int platform_sm_count(const PlatformModel& model);
+
 // Checks what platform_from_json checks, on a model built in memory (the calibration's output): at least
-// one store path; per path R > 0, a non-empty T_iss0 grid and Q list with positive finite values and no
+// one store path; per path R, a non-empty T_iss0 grid and Q list with every value in its range above and no
 // duplicate points. Throws InputError naming `source_name` and the field. write_platform_file() calls it
 // (and rethrows as xstage::Error, since a bad model there is a program error, not bad input).
 void validate_platform(const PlatformModel& model, const std::string& source_name);

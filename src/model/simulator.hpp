@@ -52,8 +52,14 @@ struct SimulationResult {
   std::size_t events = 0;
 };
 
+// The simulator's work for K producers x `bursts`, in producer-steps (every event visits every producer, and a run
+// has up to a few events per producer burst). One simulate() refuses more than kMaxSimulationWork; `xstage plan
+// pattern --simulate` spends that budget on all its gaps together (docs/MODEL.md).
+double simulation_work(int K, int bursts);
+inline constexpr double kMaxSimulationWork = 2.5e8;
+
 // Throws InputError for invalid configurations (K ≤ 0, B ≤ 0, G < 0, bursts < 1, warm-up ≥ bursts,
-// negative stagger or jitter, an invalid platform point).
+// negative stagger or jitter, an invalid platform point, more work than kMaxSimulationWork).
 SimulationResult simulate(const SimulationConfig& config);
 
 }  // namespace xstage::model

@@ -1,6 +1,7 @@
 #include "model/units.hpp"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,18 +21,38 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-// Splits "4.25MiB" into 4.25 and "MiB". Throws unless the number part is a finite, non-negative number.
+// The length of the plain decimal number at the start of `s`: an optional '-', digits with an optional
+// fraction, an optional exponent ("12", "-0.5", ".5", "1e3", "4.25e-1"); 0 if there is none. Everything strtod
+// would also take (hex, "inf", "nan", a leading '+' or spaces) is left out on purpose.
+std::size_t decimal_length(const std::string& s) {
+  auto digits = [&](std::size_t i) {
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i;
+  };
+  std::size_t i = s.size() > 0 && s[0] == '-' ? 1 : 0;
+  const std::size_t int_end = digits(i);
+  std::size_t end = int_end;
+  if (end < s.size() && s[end] == '.') end = digits(end + 1);
+  if (end - i < 1 || (int_end == i && end == int_end + 1)) return 0;  // no digits at all, or a bare "."
+  if (end < s.size() && (s[end] == 'e' || s[end] == 'E')) {
+    std::size_t e = end + 1;
+    if (e < s.size() && (s[e] == '+' || s[e] == '-')) ++e;
+    const std::size_t exp_end = digits(e);
+    if (exp_end > e) end = exp_end;  // "2e" is 2 followed by a unit 'e', which the caller refuses
+  }
+  return end;
+}
+
+// Splits "4.25MiB" into 4.25 and "MiB". Throws unless the number part is a finite, non-negative decimal number.
 std::pair<double, std::string> split_number(const std::string& text, const std::string& what,
                                             const char* expected) {
   const std::string s = trim(text);
-  const char* begin = s.c_str();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  if (s.empty() || end == begin)
-    throw InputError(what + ": '" + text + "' is not a number (expected e.g. " + expected + ")");
+  const std::size_t n = decimal_length(s);
+  if (n == 0) throw InputError(what + ": '" + text + "' is not a number (expected e.g. " + expected + ")");
+  const double value = std::strtod(s.substr(0, n).c_str(), nullptr) + 0.0;  // + 0.0: "-0" is 0, not a negative zero
   if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is not a finite number");
   if (value < 0.0) throw InputError(what + ": must not be negative (got '" + text + "')");
-  return {value, trim(std::string(end))};
+  return {value, trim(s.substr(n))};
 }
 
 std::string printf_string(const char* fmt, double a, const char* unit) {
@@ -41,6 +62,27 @@ std::string printf_string(const char* fmt, double a, const char* unit) {
 }
 
 }  // namespace
+
+double parse_decimal(const std::string& text, const std::string& what) {
+  const std::size_t n = decimal_length(text);
+  if (n == 0 || n != text.size())
+    throw InputError(what + ": '" + text + "' is not a number (expected a decimal such as 12, 0.5 or 1e3)");
+  const double value = std::strtod(text.c_str(), nullptr) + 0.0;  // "-0" is 0, not a negative zero
+  if (!std::isfinite(value)) throw InputError(what + ": '" + text + "' is beyond the range of a number");
+  return value;
+}
+
+std::int64_t parse_decimal_integer(const std::string& text, const std::string& what) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::size_t first = negative ? 1 : 0;
+  bool digits = text.size() > first;
+  for (std::size_t i = first; i < text.size(); ++i) digits = digits && std::isdigit(static_cast<unsigned char>(text[i]));
+  if (!digits) throw InputError(what + ": '" + text + "' is not a decimal integer");
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw InputError(what + ": '" + text + "' is beyond the range of an integer");
+  return value;
+}
 
 double parse_bytes(const std::string& text, const std::string& what) {
   static const std::vector<std::pair<std::string, double>> kSuffixes = {

@@ -10,8 +10,16 @@ namespace xstage::model {
 inline constexpr double KiB = 1024.0;
 inline constexpr double MiB = 1024.0 * 1024.0;
 
+// A plain decimal number: an optional '-', digits with an optional fraction and exponent ("12", "0.5", "1e3").
+// No hex, "inf", "nan", leading '+' or spaces; a value beyond a double is refused. Throws InputError naming `what`.
+double parse_decimal(const std::string& text, const std::string& what);
+// A decimal integer ("132", "-1"; "010" is ten, "0x10" is refused); throws InputError naming `what` for anything
+// else or beyond 64 bits.
+std::int64_t parse_decimal_integer(const std::string& text, const std::string& what);
+
 // "32768", "32KiB", "32 KiB", "4.25MiB", "1GiB", "32KB" (KB/MB are taken as SI: 1000, 1000²).
-// Throws InputError naming `what` on anything else (empty, negative, junk suffix, not finite).
+// The number is decimal (as parse_decimal). Throws InputError naming `what` on anything else (empty, negative,
+// junk suffix, not finite).
 double parse_bytes(const std::string& text, const std::string& what);
 
 // "760", "760ns", "0.76us", "0.76µs", "6 us", "1.5ms". A bare number is nanoseconds.

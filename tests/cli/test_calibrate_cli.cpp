@@ -19,7 +19,10 @@ TEST(CalibrateCli, MalformedListsFailBeforeAnyGpuWork) {
   expect_input_error("calibrate --K 16,x", "--K: 'x' is not an integer");
   expect_input_error("calibrate --heldout-K ,", "--heldout-K");
   expect_input_error("calibrate --B-kib 4,8.5", "--B-kib: '8.5' is not an integer");
-  expect_input_error("calibrate --gpus -1", "--gpus must be at least 2");
+  expect_input_error("calibrate --gpus -1", "--gpus: must be an integer in [2, 1024] (got -1)");
+  expect_input_error("calibrate --paths st_global_16B,,tma_bulk", "--paths: empty element");
+  expect_input_error("calibrate --paths tma", "--paths: unknown store path 'tma'");
+  expect_input_error("calibrate --out ''", "--out: the path is empty");
 }
 
 TEST(CalibrateCli, UnknownOptionsAndValuesAreRejected) {

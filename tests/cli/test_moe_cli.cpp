@@ -15,15 +15,15 @@ using namespace xstage_cli_test;
 
 TEST(MoeCli, BadArgumentsFailBeforeAnyGpuWork) {
   expect_input_error("moe check --impl nope", "--impl: unknown implementation 'nope'");
-  expect_input_error("moe bench --impl ,", "--impl: name at least one implementation");
+  expect_input_error("moe bench --impl ,", "--impl: empty element");
   expect_input_error("moe bench --filter no-such-config", "no configuration in");
   expect_input_error("moe check --cases zzz", "moe check: no case matches --cases 'zzz'");
-  expect_input_error("moe bench --trials 0", "--trials must be at least 1");
-  expect_input_error("moe bench --trial-gap-ms -1", "--trial-gap-ms must be in [0, 10000]");
-  expect_input_error("moe bench --device-timeout-s 0", "--device-timeout-s must be a positive number");
-  expect_input_error("moe check --lead -1", "--lead must be at least 1");
-  expect_input_error("moe check --wave -2", "--wave must be at least 1");
-  expect_input_error("moe check --gpus -1", "--gpus must be at least 1");
+  expect_input_error("moe bench --trials 0", "--trials: must be an integer in [1, 100000] (got 0)");
+  expect_input_error("moe bench --trial-gap-ms -1", "--trial-gap-ms: must be a number in [0, 10000] (got -1)");
+  expect_input_error("moe bench --device-timeout-s 0", "--device-timeout-s: must be a number in [0.001, 86400]");
+  expect_input_error("moe check --lead -1", "--lead: must be an integer in [1, 1048576] (got -1)");
+  expect_input_error("moe check --wave -2", "--wave: must be an integer in [1, 65536] (got -2)");
+  expect_input_error("moe check --gpus -1", "--gpus: must be an integer in [1, 1024] (got -1)");
   expect_input_error("moe bench --config /nonexistent/grid.json", "/nonexistent/grid.json");
 }
 
@@ -39,7 +39,7 @@ TEST(MoeCli, EveryImplementationNameIsAccepted) {
 TEST(MoeCli, DtypesAreBf16OrFp8) {
   expect_input_error("moe check --dtype nope", "--dtype: unknown dtype 'nope' (choose from bf16, fp8)");
   expect_input_error("moe bench --dtype fp16,bf16", "--dtype: unknown dtype 'fp16'");
-  expect_input_error("moe bench --dtype ,", "--dtype: name at least one dtype");
+  expect_input_error("moe bench --dtype ,", "--dtype: empty element");
   // Every grid name ends in its dtype: the fp8 configurations hold none named ".../bf16".
   expect_input_error("moe bench --dtype fp8 --filter /bf16", "matches --filter '/bf16' with --dtype 'fp8'");
   for (const char* good : {"moe check --dtype fp8 --cases k2-balanced", "moe bench --dtype bf16,fp8 --filter deepseek-v3",
@@ -57,11 +57,11 @@ TEST(MoeCli, GridNamesItsDtypes) {
       R"("shapes": [{"h": 256, "h_inter": 128, "E": 8, "k": 2}], "tokens_per_rank": [64], "routings": ["balanced"])";
   auto write = [&](const std::string& text) { std::ofstream(file) << text; };
   write("{" + shapes + "}");  // the old single "dtype" or none at all: refused, naming the key
-  expect_input_error("moe bench --config " + file.string(), "dtypes");
+  expect_input_error("moe bench --config " + file.string(), "/dtypes: missing");
   write(R"({"dtypes": ["bf16", "int4"], )" + shapes + "}");
-  expect_input_error("moe bench --config " + file.string(), "dtypes must be \"bf16\" or \"fp8\", got \"int4\"");
+  expect_input_error("moe bench --config " + file.string(), "/dtypes/1: must be one of \"bf16\", \"fp8\" (got \"int4\")");
   write(R"({"dtypes": [], )" + shapes + "}");
-  expect_input_error("moe bench --config " + file.string(), "dtypes must name at least one");
+  expect_input_error("moe bench --config " + file.string(), "/dtypes: must hold 1 to 2 elements (got 0)");
   write(R"({"dtypes": ["bf16"], )" + shapes + "}");  // a grid without fp8 has no fp8 configuration
   expect_input_error("moe bench --dtype fp8 --config " + file.string(), "with --dtype 'fp8'");
   write(R"({"dtypes": ["bf16", "fp8"], )" + shapes + "}");

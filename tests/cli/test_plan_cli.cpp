@@ -143,8 +143,8 @@ TEST(PlanCli, BadInputsExitTwoWithAMessage) {
   expect_input_error("plan pattern -K 132 -B 32KiB -G '3 weeks'", "unknown time unit");
   expect_input_error("plan pattern -K 132 -B 32furlongs -G 1us", "unknown size unit");
   expect_input_error("plan pattern -K 132 -B 32KiB -G 1us --stagger 1us", "only apply with --simulate");
-  expect_input_error("plan pattern -K 5000000 -B 32KiB -G 1us", "absurd");
-  expect_input_error("plan pattern -K 132 -B 32KiB -G 100s", "absurd");
+  expect_input_error("plan pattern -K 5000000 -B 32KiB -G 1us", "--producers: must be an integer in [1, 1000000] (got 5000000)");
+  expect_input_error("plan pattern -K 132 -B 32KiB -G 100s", "--gap: time (ns) must be in [0, 1e+10] (got 1e+11)");
   expect_input_error("plan --store-path st_global_8B pattern -K 132 -B 32KiB -G 1us", "unknown store path");
   expect_input_error("plan --platform /nonexistent/p.json pattern -K 132 -B 32KiB -G 1us", "/nonexistent/p.json");
   expect_input_error("plan attention -M 1024", "exactly one of --sigma");
@@ -163,7 +163,7 @@ TEST(PlanCli, InvalidPlatformFileIsNamed) {
   doc["store_paths"]["st_global_16B"]["R_bytes_per_ns"] = -717;
   std::ofstream(file) << doc.dump();
   expect_input_error("plan --platform '" + file.string() + "' pattern -K 132 -B 32KiB -G 1us",
-                     "store_paths.st_global_16B.R_bytes_per_ns");
+                     "/store_paths/st_global_16B/R_bytes_per_ns");
   std::ofstream(file) << "not json";
   expect_input_error("plan --platform '" + file.string() + "' pattern -K 132 -B 32KiB -G 1us", "not valid JSON");
   fs::remove(file);

@@ -1,5 +1,6 @@
 // Platform files: round trip, validation messages, the shipped default, interpolation and clamping.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/json_file.hpp"
 #include "common/run_info.hpp"
 #include "model/platform.hpp"
 #include "model/units.hpp"
@@ -103,7 +105,7 @@ TEST_F(PlatformFileTest, WriteRefusesAnInvalidModel) {
     write_platform_file(path("bad.json"), m);
     FAIL() << "wrote an invalid model";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("store_paths.tma_bulk.Q"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/store_paths/tma_bulk/Q"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(path("bad.json")));
 }
@@ -112,36 +114,36 @@ TEST_F(PlatformFileTest, MissingFieldIsNamed) {
   nlohmann::json doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_16B"].erase("R_bytes_per_ns");
   write_json_file(path("f.json"), doc);
-  expect_input_error(path("f.json"), {path("f.json"), "store_paths.st_global_16B.R_bytes_per_ns", "missing"});
+  expect_input_error(path("f.json"), {path("f.json"), "/store_paths/st_global_16B/R_bytes_per_ns", "missing"});
 }
 
 TEST_F(PlatformFileTest, NegativeDrainRateIsRejected) {
   nlohmann::json doc = to_json(synthetic_model());
   doc["store_paths"]["tma_bulk"]["R_bytes_per_ns"] = -717.0;
   write_json_file(path("f.json"), doc);
-  expect_input_error(path("f.json"), {"store_paths.tma_bulk.R_bytes_per_ns", "positive", "-717"});
+  expect_input_error(path("f.json"), {"/store_paths/tma_bulk/R_bytes_per_ns", "[0.001, 100000] bytes/ns", "-717"});
 }
 
 TEST_F(PlatformFileTest, BadPointsAreNamedByIndex) {
   nlohmann::json doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_16B"]["T_iss0"][4]["T_iss0_ns"] = 0;
   write_json_file(path("a.json"), doc);
-  expect_input_error(path("a.json"), {"store_paths.st_global_16B.T_iss0[4].T_iss0_ns", "positive"});
+  expect_input_error(path("a.json"), {"/store_paths/st_global_16B/T_iss0/4/T_iss0_ns", "[0.001, 1e+10] ns"});
 
   doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_16B"]["Q"][1]["K"] = 64.5;
   write_json_file(path("b.json"), doc);
-  expect_input_error(path("b.json"), {"store_paths.st_global_16B.Q[1].K", "integer"});
+  expect_input_error(path("b.json"), {"/store_paths/st_global_16B/Q/1/K", "integer"});
 
   doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_16B"]["Q"].push_back({{"K", 32}, {"Q_bytes", 5.0}});
   write_json_file(path("c.json"), doc);
-  expect_input_error(path("c.json"), {"store_paths.st_global_16B.Q[3]", "duplicate", "K=32"});
+  expect_input_error(path("c.json"), {"/store_paths/st_global_16B/Q/3", "duplicate", "K=32"});
 
   doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_16B"]["T_iss0"] = nlohmann::json::array();
   write_json_file(path("d.json"), doc);
-  expect_input_error(path("d.json"), {"store_paths.st_global_16B.T_iss0", "at least one"});
+  expect_input_error(path("d.json"), {"/store_paths/st_global_16B/T_iss0", "1 to 100000 elements"});
 }
 
 TEST_F(PlatformFileTest, WrongSchemaIsRejected) {
@@ -152,22 +154,89 @@ TEST_F(PlatformFileTest, WrongSchemaIsRejected) {
 
   doc.erase("schema");
   write_json_file(path("t.json"), doc);
-  expect_input_error(path("t.json"), {"'schema'", "missing"});
+  expect_input_error(path("t.json"), {"/schema", "missing"});
 
   write_text("arr.json", "[1, 2, 3]");
-  expect_input_error(path("arr.json"), {"arr.json", "not a platform file"});
+  expect_input_error(path("arr.json"), {"arr.json", "the top level", "must be an object"});
 }
 
 TEST_F(PlatformFileTest, UnknownStorePathAndNotJson) {
   nlohmann::json doc = to_json(synthetic_model());
   doc["store_paths"]["st_global_8B"] = doc["store_paths"]["tma_bulk"];
   write_json_file(path("u.json"), doc);
-  expect_input_error(path("u.json"), {"store_paths.st_global_8B", "unknown store path"});
+  expect_input_error(path("u.json"), {"/store_paths/st_global_8B", "unknown key"});
 
   write_text("x.json", "{ \"schema\": \"xstage.platform/1\", ");
   expect_input_error(path("x.json"), {"x.json", "not valid JSON"});
 
-  expect_input_error(path("absent.json"), {"absent.json", "cannot open"});
+  expect_input_error(path("absent.json"), {"absent.json", "no such file"});
+}
+
+// Every number has a physical range (model/platform.hpp); a value outside it is named with the range, so a file that
+// would print "G* = inf" or call a 1e294 ms issue time "piggyback" is refused as it is read.
+TEST_F(PlatformFileTest, ValuesOutsideTheirPhysicalRangeAreRefused) {
+  const struct {
+    const char* pointer;
+    nlohmann::json value;
+    const char* range;
+  } cases[] = {
+      {"/store_paths/st_global_16B/R_bytes_per_ns", 1e-308, "[0.001, 100000] bytes/ns"},
+      {"/store_paths/st_global_16B/R_bytes_per_ns", 1e6, "[0.001, 100000] bytes/ns"},
+      {"/store_paths/st_global_16B/T_iss0/0/T_iss0_ns", 1e300, "[0.001, 1e+10] ns"},
+      {"/store_paths/st_global_16B/T_iss0/0/B_bytes", 0, "[1, 68719476736] bytes"},
+      {"/store_paths/st_global_16B/T_iss0/0/K", 2000000, "[1, 1000000] producers"},
+      {"/store_paths/tma_bulk/Q/2/Q_bytes", 1e13, "[1, 1.09951e+12] bytes"},
+      {"/store_paths/tma_bulk/Q/2/K", -3, "[1, 1000000] producers"},
+      {"/provenance/sm_count", 0, "[1, 16384] SMs"},
+      {"/provenance/sm_count", 16385, "[1, 16384] SMs"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json doc = to_json(synthetic_model());
+    doc[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    write_json_file(path("r.json"), doc);
+    expect_input_error(path("r.json"), {"r.json", c.pointer, c.range});
+  }
+  // A wrong type and a misspelt key are named too.
+  nlohmann::json doc = to_json(synthetic_model());
+  doc["store_paths"]["tma_bulk"]["R_bytes_per_ns"] = "717";
+  write_json_file(path("t.json"), doc);
+  expect_input_error(path("t.json"), {"/store_paths/tma_bulk/R_bytes_per_ns", "must be a number", "\"717\""});
+  doc = to_json(synthetic_model());
+  doc["store_paths"]["tma_bulk"]["T_iss0"][0]["T_iss0_nss"] = 5;
+  write_json_file(path("k.json"), doc);
+  expect_input_error(path("k.json"), {"/store_paths/tma_bulk/T_iss0/0/T_iss0_nss", "unknown key"});
+  doc = to_json(synthetic_model());
+  doc["provisional"] = 1;
+  write_json_file(path("p.json"), doc);
+  expect_input_error(path("p.json"), {"/provisional", "true or false"});
+}
+
+// The file itself is checked before it is parsed: its kind, its size, its nesting, its numbers.
+TEST_F(PlatformFileTest, FileKindSizeNestingAndOverflowAreRefusedByName) {
+  expect_input_error(dir_.string(), {dir_.string(), "is a directory"});
+  expect_input_error("", {"empty"});
+  expect_input_error("/dev/null", {"/dev/null", "character device"});
+  const std::string fifo = path("fifo.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_input_error(fifo, {fifo, "a FIFO"});  // refused without opening it (opening a FIFO would block)
+
+  write_text("big.json", std::string(kMaxJsonFileBytes + 1, ' '));
+  expect_input_error(path("big.json"), {"big.json", "4194305 bytes", "limited to 4194304"});
+  write_text("deep.json", std::string(200, '['));
+  expect_input_error(path("deep.json"), {"deep.json", "nesting deeper than 16"});
+
+  // nlohmann's own message names neither the file nor the field; this one names both.
+  nlohmann::json doc = to_json(synthetic_model());
+  std::string text = doc.dump();
+  const std::string R = "\"R_bytes_per_ns\":" + doc["store_paths"]["tma_bulk"]["R_bytes_per_ns"].dump();
+  text.replace(text.rfind(R), R.size(), "\"R_bytes_per_ns\":1e309");
+  write_text("o.json", text);
+  expect_input_error(path("o.json"), {"o.json", "/store_paths/tma_bulk/R_bytes_per_ns", "overflow", "1e309"});
+
+  write_text("dup.json", R"({"schema": "xstage.platform/1", "schema": "xstage.platform/1"})");
+  expect_input_error(path("dup.json"), {"dup.json", "/schema", "duplicate key"});
+  write_text("trunc.json", doc.dump().substr(0, 200));
+  expect_input_error(path("trunc.json"), {"trunc.json", "not valid JSON", "line 1"});
 }
 
 TEST(PlatformLookup, MissingStorePathIsNamed) {

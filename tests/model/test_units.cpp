@@ -38,6 +38,32 @@ TEST(Units, ParseTime) {
   EXPECT_THROW(parse_time_ns("nan", "G"), InputError);
 }
 
+// Decimal only: strtod would also read hex, "inf", "nan" and leading '+' or spaces, and strtol octal.
+TEST(Units, NumbersAreDecimalOnly) {
+  EXPECT_DOUBLE_EQ(parse_decimal("12", "--x"), 12.0);
+  EXPECT_DOUBLE_EQ(parse_decimal("-0.5", "--x"), -0.5);
+  EXPECT_DOUBLE_EQ(parse_decimal(".5", "--x"), 0.5);
+  EXPECT_DOUBLE_EQ(parse_decimal("1e3", "--x"), 1000.0);
+  EXPECT_DOUBLE_EQ(parse_decimal("4.25E-1", "--x"), 0.425);
+  for (const char* bad : {"", " 1", "1 ", "+1", "0x10", "inf", "nan", "1e", "1e+", ".", "-", "1.2.3", "1,5", "1e309"})
+    EXPECT_THROW(parse_decimal(bad, "--x"), InputError) << "'" << bad << "'";
+  EXPECT_EQ(parse_decimal_integer("010", "-K"), 10);  // decimal, not octal
+  EXPECT_EQ(parse_decimal_integer("-7", "-K"), -7);
+  for (const char* bad : {"", "0x10", "1.0", "1e3", "+3", " 3", "3 ", "12abc", "99999999999999999999"})
+    EXPECT_THROW(parse_decimal_integer(bad, "-K"), InputError) << "'" << bad << "'";
+  try {
+    parse_decimal_integer("0x10", "--producers");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--producers: '0x10' is not a decimal integer"), std::string::npos) << e.what();
+  }
+  // Times and sizes read their number the same way.
+  EXPECT_THROW(parse_time_ns("0x10us", "G"), InputError);
+  EXPECT_THROW(parse_time_ns("1e400us", "G"), InputError);
+  EXPECT_THROW(parse_bytes("+4KiB", "B"), InputError);
+  EXPECT_DOUBLE_EQ(parse_time_ns("1e-3us", "G"), 1.0);
+}
+
 TEST(Units, Format) {
   EXPECT_EQ(format_bytes(32768.0), "32.0 KiB");
   EXPECT_EQ(format_bytes(4.25 * MiB), "4.25 MiB");

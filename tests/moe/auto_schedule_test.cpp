@@ -22,16 +22,7 @@ using test::first_rows_from_counts;
 using test::random_expert_rows;
 
 MoeProblem layer(int h, int I, int E, int k, int T, DType dtype = DType::bf16, int b_n = 256, int P = 2) {
-  MoeProblem p;
-  p.P_ranks = P;
-  p.E_experts = E;
-  p.top_k = k;
-  p.h_hidden = h;
-  p.h_inter = I;
-  p.T_tokens = T;
-  p.b_m = 128;
-  p.b_n = b_n;
-  p.dtype = dtype;
+  MoeProblem p = test::layer_problem(h, I, E, k, T, dtype, b_n, P);
   validate(p);
   return p;
 }

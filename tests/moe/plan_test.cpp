@@ -10,6 +10,7 @@
 #include "moe/schedule/auto_schedule.hpp"
 #include "moe/schedule/schedule_host.hpp"
 #include "moe/schedule/scheduler.hpp"
+#include "test_util.hpp"
 
 namespace xstage::moe {
 namespace {
@@ -26,15 +27,7 @@ DeviceFacts gpu(int sms) {
 
 MoeLayerRequest request(int h, int I, int E, int k, int T, DType dtype = DType::bf16, int P = 2) {
   MoeLayerRequest r;
-  MoeProblem& p = r.problem;
-  p.P_ranks = P;
-  p.E_experts = E;
-  p.top_k = k;
-  p.h_hidden = h;
-  p.h_inter = I;
-  p.T_tokens = T;
-  p.dtype = dtype;
-  p.b_n = default_tile_n(dtype, h, I);
+  r.problem = test::layer_problem(h, I, E, k, T, dtype, default_tile_n(dtype, h, I), P);
   return r;
 }
 

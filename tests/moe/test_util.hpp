@@ -24,6 +24,21 @@ inline MoeProblem small_problem(int P, int E, int k, int T) {
   return p;
 }
 
+// A layer of the given shape (128-row tiles, b_n columns), not validated: callers that want it valid call validate().
+inline MoeProblem layer_problem(int h, int I, int E, int k, int T, DType dtype, int b_n, int P) {
+  MoeProblem p;
+  p.P_ranks = P;
+  p.E_experts = E;
+  p.top_k = k;
+  p.h_hidden = h;
+  p.h_inter = I;
+  p.T_tokens = T;
+  p.b_m = 128;
+  p.b_n = b_n;
+  p.dtype = dtype;
+  return p;
+}
+
 // O_e from per-expert row counts (what expert_first_rows computes from the published counts).
 inline std::vector<int> first_rows_from_counts(const std::vector<int>& rows, int b_m) {
   std::vector<int> O(rows.size() + 1, 0);

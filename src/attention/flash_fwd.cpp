@@ -95,7 +95,7 @@ FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
 }
 
 void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, InputArrivals const& inputs) {
   validate_flash_fwd_inputs(args);
   const FlashFwdProblem& p = args.problem;
   const UlyssesShape& s = dst.shape;
@@ -111,11 +111,21 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
     check_pointer("output window", dst.window[j], 16);
     XSTAGE_REQUIRE(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
   }
+  if (inputs.flags != nullptr) {
+    check_pointer("input arrival flags", inputs.flags, 4);
+    const InputChunks& c = inputs.chunks;
+    XSTAGE_REQUIRE(c.ranks == s.ranks && c.shard_rows == s.shard_rows() && c.rows >= 1 && c.per_source >= 1 &&
+                       c.per_source * c.rows >= c.shard_rows && c.per_batch() <= kMaxInputChunksPerBatch,
+                   "fused Ulysses: the input chunks (" + std::to_string(c.per_source) + " of " + std::to_string(c.rows) +
+                       " rows per source) do not cover the layer's shards of " + std::to_string(s.shard_rows()) + " rows in at most " +
+                       std::to_string(kMaxInputChunksPerBatch) + " chunks per batch");
+    XSTAGE_REQUIRE(inputs.calls.calls_done != nullptr && inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
+  }
   const int num_sms = current_device_facts().sm_count;
   switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {
 #define XSTAGE_FWD_A2A_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                           \
-    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, num_sms, stream);
+    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, inputs, num_sms, stream);
     XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_A2A_CASE)
 #undef XSTAGE_FWD_A2A_CASE
   }

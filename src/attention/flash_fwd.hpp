@@ -23,10 +23,11 @@ void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nul
 
 // The fused Ulysses forward (epilogue_all_to_all.hpp): the same kernel on this rank's head-sharded Q, K, V
 // ([batch, M, H/P, d]: args.problem.heads = H/P, args.o and args.lse unused), each finished output tile
-// stored into the output window of the rank that owns its rows, by `path`. Validates `args` against
-// `dst.shape`, then launches on `stream`.
+// stored into the output window of the rank that owns its rows, by `path`. With `inputs` set, Q, K and V are
+// still arriving: the kernel waits for each input chunk before it loads its rows (the fused_both path of
+// ulysses/layer.hpp). Validates `args` against `dst.shape`, then launches on `stream`.
 void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, InputArrivals const& inputs = {});
 
 // The tile configuration flash_attention_forward picks for `problem` on a GPU with `num_sms` SMs.
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sms);
@@ -40,8 +41,8 @@ template <FwdTileConfigId kId>
 void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream);
 // The same for the fused Ulysses forward, both store paths (flash_fwd_all_to_all.cuh has the body).
 template <FwdTileConfigId kId>
-void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path, int num_sms,
-                                 cudaStream_t stream);
+void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
+                                 InputArrivals const& inputs, int num_sms, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace xstage::attention

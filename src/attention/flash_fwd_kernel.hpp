@@ -66,11 +66,12 @@ struct FlashFwdKernel {
       if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
         auto k_state = cutlass::make_producer_start_state<PipelineKV>();
         auto v_state = cutlass::make_producer_start_state<PipelineKV>();
+        auto input_waits = Mainloop::begin_input_waits(params.mainloop);
         int iteration = 0;
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
           Mainloop::load(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state,
-                         scheduler.coord(tile), iteration);
+                         scheduler.coord(tile), iteration, input_waits);
         }
       }
     } else {

@@ -16,15 +16,18 @@
 
 namespace xstage::attention::detail {
 
-// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp).
+// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). With `inputs` set (inputs
+// that arrive while the kernel runs) the tiles go in arrival order instead.
 template <class Kernel>
 void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
-                             int num_sms, cudaStream_t stream) {
+                             int num_sms, cudaStream_t stream, InputArrivals const& inputs = {}) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
+  const bool arrival_order = inputs.flags != nullptr;
 
-  typename Kernel::Params params{Kernel::Mainloop::make_params(args), epilogue,
-                                 StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, m_block_stride}};
+  typename Kernel::Params params{
+      Kernel::Mainloop::make_params(args, inputs), epilogue,
+      StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, arrival_order ? 1 : m_block_stride, arrival_order}};
 
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;

@@ -2,6 +2,10 @@
 //
 // Producer (thread 0 of warpgroup 0), per tile:
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
+// On the Ulysses path that hides both all-to-alls (Params::inputs set), Q, K and V arrive while the kernel runs:
+// before each TMA load of Q or K (V's rows are K's) the producer waits, bounded, for the arrival flags of the
+// input chunks those rows lie in (ulysses/layout.hpp's InputChunks), remembering per batch which chunks it has
+// seen, so each flag is read about once per CTA.
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
@@ -31,6 +35,11 @@
 #include "attention/named_barriers.hpp"
 #include "attention/softmax.hpp"
 #include "attention/tile_scheduler.hpp"
+#include "attention/ulysses/destinations.hpp"
+#if defined(__CUDACC__)
+#include "comm/device/bounded_wait.cuh"
+#include "comm/device/call_epoch.cuh"
+#endif
 
 namespace xstage::attention {
 
@@ -90,6 +99,14 @@ struct MainloopSm90 {
     TmaLoadKV tma_v;
     int seqlen_q, seqlen_k, heads, batch;
     float softmax_scale;
+    InputArrivals inputs;
+  };
+
+  // The producer's memory of which input chunks have arrived in this call (InputArrivals).
+  struct InputWaits {
+    std::uint32_t call = 0;
+    int batch = -1;
+    std::uint64_t arrived = 0;  // bit i: chunk i of `batch`
   };
 
   struct SharedStorage {
@@ -102,7 +119,7 @@ struct MainloopSm90 {
     alignas(8) uint64_t q_empty;
   };
 
-  static Params make_params(FlashFwdArgs const& args) {
+  static Params make_params(FlashFwdArgs const& args, InputArrivals const& inputs = {}) {
     using namespace cute;
     const FlashFwdProblem& p = args.problem;
     auto mQ = make_gmem_bmhd(static_cast<Element const*>(args.q), p.seqlen_q, kHeadDim, p.heads, p.batch, p.q);
@@ -111,7 +128,38 @@ struct MainloopSm90 {
     return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
-            p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale};
+            p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, inputs};
+  }
+
+  // The producer, once at its start: the call whose inputs it waits for.
+  CUTE_DEVICE static InputWaits begin_input_waits(Params const& params) {
+    InputWaits w;
+    if (params.inputs.flags != nullptr) w.call = comm::current_call(params.inputs.calls);
+    return w;
+  }
+
+  // Waits until rows [m0, m1) of batch b have arrived (nothing to do without InputArrivals). A wait that times
+  // out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
+  // so the kernel ends and the host's poll() reports the timeout.
+  CUTE_DEVICE static void wait_for_rows(Params const& params, InputWaits& w, int b, int m0, int m1) {
+    const InputArrivals& in = params.inputs;
+    if (in.flags == nullptr) return;
+    if (b != w.batch) {
+      w.batch = b;
+      w.arrived = 0;
+    }
+    bool waited = false;
+    for (int m = m0; m < m1; m = in.chunks.next_chunk_row(m)) {
+      const int i = in.chunks.index_of_row(m);
+      if ((w.arrived >> i) & 1u) continue;
+      const std::uint32_t* flag = in.flags + b * in.chunks.per_batch() + i;
+      const int index = b * in.chunks.per_batch() + i, what = static_cast<int>(UlyssesWait::inputs);
+      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, w.call, what, index);
+      else comm::wait_counter<false>(in.wait, flag, w.call, what, index);
+      w.arrived |= std::uint64_t{1} << i;
+      waited = true;
+    }
+    if (waited) comm::fence_proxy_async_global();  // the acquire above before the TMA loads below
   }
 
   CUTE_DEVICE static void prefetch_descriptors(Params const& params) {
@@ -130,7 +178,7 @@ struct MainloopSm90 {
   // Producer: one thread. `tile_iteration` counts this CTA's tiles (0 for its first).
   CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                                PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
-                               TileCoord tile, int tile_iteration) {
+                               TileCoord tile, int tile_iteration, InputWaits& waits) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
@@ -148,6 +196,7 @@ struct MainloopSm90 {
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
     auto load_k = [&](int n) {
+      wait_for_rows(params, waits, tile.batch, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
       copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0), tKgK(_, n), tKsK(_, k_state.index()));
       ++k_state;
@@ -163,6 +212,7 @@ struct MainloopSm90 {
     if (tile_iteration > 0) {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
     }
+    wait_for_rows(params, waits, tile.batch, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
     copy(params.tma_q.with(smem.q_full, 0), tQgQ, tQsQ);
     for (int n = n_last; n > 0; --n) {

@@ -61,7 +61,7 @@ void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xst
   require_device_pointer(o.data, "out", device);
   require_stream_on_device(stream, device);
   const std::vector<attention::UlyssesViews> views{{q.data, k.data, v.data, o.data}};
-  layer->layer->enqueue(views, fused ? attention::UlyssesPath::fused : attention::UlyssesPath::serial,
+  layer->layer->enqueue(views, fused ? attention::UlyssesPath::fused_post : attention::UlyssesPath::serial,
                         static_cast<cudaStream_t>(stream));
 }
 

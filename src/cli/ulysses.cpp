@@ -1,11 +1,13 @@
 // `xstage attention ulysses check` and `xstage attention ulysses bench`: the Ulysses sequence-parallel
-// attention layer (src/attention/ulysses/) with its post-attention all-to-all serial (the same core, then
-// NCCL all-to-all) or fused into the attention epilogue (paper §4.3).
+// attention layer (src/attention/ulysses/) serial (the same core between NCCL all-to-alls), with its
+// post-attention all-to-all fused into the attention epilogue (fused_post, paper §4.3), or with the
+// pre-attention all-to-all hidden too (fused_both).
 //
 // Like `xstage moe`: without RANK/WORLD_SIZE it starts --gpus local ranks of itself (one rank per GPU), under
-// torchrun/Slurm it runs as the rank it is given; `check --virtual-ranks P` instead holds P ranks in one
-// process on one GPU (their exchanges are copies, their windows local buffers), which verifies the
-// destination math, straddling tiles and completion counters for any P on a single GPU.
+// torchrun/Slurm it runs as the rank it is given; `--virtual-ranks P` instead holds P ranks in one process on
+// one GPU (their exchanges are copies, their windows and inboxes local buffers), which verifies the
+// destination math, straddling tiles, chunk flags and completion counters for any P on a single GPU, and
+// times the layer with every "remote" byte local.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -63,6 +65,7 @@ struct UlyssesArgs {
   std::vector<int> head_dims{128, 64};
   int batch = 1;
   std::vector<std::string> store_paths{"tma", "st_global"};
+  std::vector<std::string> fused_paths{"fused_post", "fused_both"};
   int trials = 20;
   int replays = 10;       // bench: calls per CUDA graph replay
   double warmup_ms = 1000;
@@ -78,6 +81,17 @@ std::vector<A2AStorePath> store_path_list(const std::vector<std::string>& names)
     out.push_back(n == "tma" ? A2AStorePath::tma : A2AStorePath::st_global);
   }
   XSTAGE_REQUIRE(!out.empty(), "--store-path: name at least one store path (tma, st_global)");
+  return out;
+}
+
+std::vector<UlyssesPath> fused_path_list(const std::vector<std::string>& names) {
+  std::vector<UlyssesPath> out;
+  for (const std::string& n : names) {
+    const UlyssesPath p = with_option_name("--paths", [&] { return attention::ulysses_path_from_name(n); });
+    XSTAGE_REQUIRE(p != UlyssesPath::serial, "--paths: the fused paths to compare with serial: fused_post, fused_both (got serial)");
+    out.push_back(p);
+  }
+  XSTAGE_REQUIRE(!out.empty(), "--paths: name at least one fused path (fused_post, fused_both)");
   return out;
 }
 
@@ -119,16 +133,23 @@ std::vector<UlyssesViews> views_of(HeldRanks& h, bool fused_out, std::vector<Dev
   return v;
 }
 
+// One fused path with one store path, against the serial output.
+struct FusedCheck {
+  UlyssesPath path;
+  A2AStorePath store;
+  unsigned long long differences = 0;  // words differing from serial over all launches, + 1 per miscounted call
+  std::int64_t pushed_remote_bytes = -1, all_to_all_bytes = -1;  // fused_both: pushed by the held ranks, and the volume
+};
+
 struct CheckResult {
   std::string name;
-  double rel_l2 = 0;                      // serial vs reference, worst held rank
-  unsigned long long fused_differences[2] = {0, 0};  // words differing from serial, over all launches (tma, st_global)
-  bool ran[2] = {false, false};
+  double rel_l2 = 0;  // serial vs reference, worst held rank
+  std::vector<FusedCheck> fused;
   bool passed = false;
 };
 
 CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, const UlyssesArgs& args, std::uint64_t seed,
-                            const std::vector<A2AStorePath>& paths, cudaStream_t stream) {
+                            const std::vector<A2AStorePath>& paths, const std::vector<UlyssesPath>& fused_paths, cudaStream_t stream) {
   const UlyssesShape s{cs.batch, cs.shard_rows * P, cs.heads_per_rank * P, cs.head_dim, P};
   CheckResult res;
   res.name = "B=" + std::to_string(s.batch) + " M=" + std::to_string(s.seqlen) + " H=" + std::to_string(s.heads) + " d=" +
@@ -196,33 +217,48 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
     res.rel_l2 = std::max(res.rel_l2, std::sqrt(e2 / std::max(r2, 1e-30)));
   }
 
-  // Fused, by each store path, `launches` times: the output poisoned before every call, compared word for word
-  // with the serial output on the device (no host round trip between calls).
+  // Each fused path by each store path, `launches` times: the output poisoned before every call, compared word for
+  // word with the serial output on the device (no host round trip between calls). fused_post's pre-attention
+  // exchange runs once (its kernel alone is repeated); fused_both's whole call is repeated, pushes included.
   DeviceBuffer differences(sizeof(unsigned long long));
-  for (A2AStorePath path : paths) {
-    const int pi = path == A2AStorePath::tma ? 0 : 1;
-    attention::UlyssesOptions fo = opt;
-    fo.store_path = path;
-    std::unique_ptr<UlyssesAttention> fused = rt ? std::make_unique<UlyssesAttention>(s, *rt, fo) : std::make_unique<UlyssesAttention>(s, fo);
-    XSTAGE_CUDA_CHECK(cudaMemsetAsync(differences.get(), 0, differences.bytes(), stream));
-    const auto views = views_of(h, true, fused_outs);
-    fused->enqueue_pre_all_to_all(views, stream);
-    for (int launch = 0; launch < args.launches; ++launch) {
-      for (auto& o : fused_outs) attention::fill_u16(o.get(), shard_elems, 0xFFFF, stream);
-      fused->enqueue_attention_fused(stream);
-      fused->enqueue_copy_out(views, stream);
-      for (int i = 0; i < fused->held_ranks(); ++i)
-        attention::count_differing_u16(fused_outs[i].get(), h.tensors[i].out.get(), shard_elems, differences.get<unsigned long long>(),
-                                       stream);
+  res.passed = res.rel_l2 <= kMaxRelativeError;
+  for (UlyssesPath fused_path : fused_paths)
+    for (A2AStorePath store : paths) {
+      FusedCheck fc{fused_path, store};
+      attention::UlyssesOptions fo = opt;
+      fo.store_path = store;
+      std::unique_ptr<UlyssesAttention> fused = rt ? std::make_unique<UlyssesAttention>(s, *rt, fo) : std::make_unique<UlyssesAttention>(s, fo);
+      XSTAGE_CUDA_CHECK(cudaMemsetAsync(differences.get(), 0, differences.bytes(), stream));
+      const auto views = views_of(h, true, fused_outs);
+      if (fused_path == UlyssesPath::fused_post) fused->enqueue_pre_all_to_all(views, stream);
+      for (int launch = 0; launch < args.launches; ++launch) {
+        for (auto& o : fused_outs) attention::fill_u16(o.get(), shard_elems, 0xFFFF, stream);
+        if (fused_path == UlyssesPath::fused_post) {
+          fused->enqueue_attention_fused(stream);
+          fused->enqueue_copy_out(views, stream);
+        } else {
+          fused->enqueue(views, fused_path, stream);
+        }
+        for (int i = 0; i < fused->held_ranks(); ++i)
+          attention::count_differing_u16(fused_outs[i].get(), h.tensors[i].out.get(), shard_elems, differences.get<unsigned long long>(),
+                                         stream);
+      }
+      XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      fused->poll();
+      XSTAGE_CUDA_CHECK(cudaMemcpy(&fc.differences, differences.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < fused->held_ranks(); ++i)  // each call counted once on the device
+        if (fused->calls_done(i) != static_cast<std::uint32_t>(args.launches)) ++fc.differences;
+      bool ok = fc.differences == 0;
+      if (fused_path == UlyssesPath::fused_both) {
+        // Every held rank sends (P - 1)/P of its Q, K and V: the all-to-all's volume, no byte twice.
+        fc.pushed_remote_bytes = fused->pushed_remote_bytes();
+        fc.all_to_all_bytes = static_cast<std::int64_t>(fused->held_ranks()) * 3 * s.batch * s.shard_rows() * (P - 1) * s.local_heads() *
+                              s.head_dim * 2;
+        ok = ok && fc.pushed_remote_bytes == fc.all_to_all_bytes;
+      }
+      res.passed = res.passed && ok;
+      res.fused.push_back(fc);
     }
-    XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    fused->poll();
-    XSTAGE_CUDA_CHECK(cudaMemcpy(&res.fused_differences[pi], differences.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < fused->held_ranks(); ++i)  // each call counted once on the device
-      if (fused->calls_done(i) != static_cast<std::uint32_t>(args.launches)) ++res.fused_differences[pi];
-    res.ran[pi] = true;
-  }
-  res.passed = res.rel_l2 <= kMaxRelativeError && res.fused_differences[0] == 0 && res.fused_differences[1] == 0;
   return res;
 }
 
@@ -235,25 +271,35 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
     std::memcpy(&seed, all.data(), sizeof seed);
   }
   const auto paths = store_path_list(args.store_paths);
+  const auto fused_paths = fused_path_list(args.fused_paths);
   cudaStream_t stream = rt ? rt->stream() : nullptr;
   if (!rt) XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (lead)
-    std::printf("ulysses check: P = %d%s, seed %llu, %d fused launch(es) per case and store path; pass if serial rel L2 <= %.0e and the "
-                "fused output equals the serial one bit for bit\n",
+    std::printf("ulysses check: P = %d%s, seed %llu, %d fused launch(es) per case, fused path and store path; pass if serial rel L2 <= "
+                "%.0e, every fused output equals the serial one bit for bit, and fused_both pushes exactly the all-to-all's bytes\n",
                 P, rt ? "" : " virtual ranks on one GPU", static_cast<unsigned long long>(seed), args.launches, kMaxRelativeError);
   nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"virtual", rt == nullptr},
                         {"seed", seed}, {"launches", args.launches}, {"cases", nlohmann::json::array()}};
   int failures = 0;
   for (const CheckShape& cs : check_shapes(args.quick)) {
-    const CheckResult r = run_check_shape(cs, P, rt, args, seed, paths, stream);
+    const CheckResult r = run_check_shape(cs, P, rt, args, seed, paths, fused_paths, stream);
     seed += 7919;
     failures += !r.passed;
-    if (lead)
-      std::printf("  %-40s serial rel L2 %.2e   fused differing words: tma %s, st_global %s   %s\n", r.name.c_str(), r.rel_l2,
-                  r.ran[0] ? std::to_string(r.fused_differences[0]).c_str() : "-", r.ran[1] ? std::to_string(r.fused_differences[1]).c_str() : "-",
-                  r.passed ? "ok" : "FAIL");
-    doc["cases"].push_back({{"case", r.name}, {"serial_rel_l2", r.rel_l2}, {"fused_tma_differing_words", r.fused_differences[0]},
-                            {"fused_st_global_differing_words", r.fused_differences[1]}, {"passed", r.passed}});
+    std::string words;
+    nlohmann::json fused = nlohmann::json::array();
+    for (const FusedCheck& f : r.fused) {
+      words += std::string(words.empty() ? "" : ", ") + to_string(f.path) + "/" + to_string(f.store) + " " + std::to_string(f.differences);
+      nlohmann::json j = {{"path", to_string(f.path)}, {"store_path", to_string(f.store)}, {"differing_words", f.differences}};
+      if (f.pushed_remote_bytes >= 0) {
+        j["pushed_remote_bytes"] = f.pushed_remote_bytes;
+        j["all_to_all_bytes"] = f.all_to_all_bytes;
+        if (f.pushed_remote_bytes != f.all_to_all_bytes) words += " (pushed " + std::to_string(f.pushed_remote_bytes) + " B, not " +
+                                                                   std::to_string(f.all_to_all_bytes) + ")";
+      }
+      fused.push_back(j);
+    }
+    if (lead) std::printf("  %-40s serial rel L2 %.2e   differing words: %s   %s\n", r.name.c_str(), r.rel_l2, words.c_str(), r.passed ? "ok" : "FAIL");
+    doc["cases"].push_back({{"case", r.name}, {"serial_rel_l2", r.rel_l2}, {"fused", fused}, {"passed", r.passed}});
   }
   if (!rt) XSTAGE_CUDA_CHECK(cudaStreamDestroy(stream));
   if (lead) std::printf("%d case(s) failed\n", failures);
@@ -270,7 +316,8 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
 // and thermal drift lands in every variant alike instead of in their differences.
 class VariantTimer {
  public:
-  VariantTimer(comm::Runtime& rt, int trials, int replays) : rt_(rt), trials_(trials), replays_(replays) {
+  // rt: real ranks (lined up before each timing, max over ranks); null: virtual ranks in this process.
+  VariantTimer(comm::Runtime* rt, int trials, int replays) : rt_(rt), trials_(trials), replays_(replays) {
     XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     XSTAGE_CUDA_CHECK(cudaEventCreate(&start_));
     XSTAGE_CUDA_CHECK(cudaEventCreate(&stop_));
@@ -302,7 +349,7 @@ class VariantTimer {
     std::vector<double> mine(static_cast<std::size_t>(n) * trials_);
     for (int t = 0; t < trials_; ++t)
       for (int v = 0; v < n; ++v) {
-        rt_.barrier();
+        if (rt_) rt_->barrier();
         XSTAGE_CUDA_CHECK(cudaEventRecord(start_, stream_));
         XSTAGE_CUDA_CHECK(cudaGraphLaunch(execs_[v], stream_));
         XSTAGE_CUDA_CHECK(cudaEventRecord(stop_, stream_));
@@ -311,9 +358,11 @@ class VariantTimer {
         XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
         mine[static_cast<std::size_t>(v) * trials_ + t] = 1e3 * ms / replays_;
       }
-    const auto all = rt_.all_gather_bytes(mine.data(), mine.size() * sizeof(double));
+    const auto all = rt_ ? rt_->all_gather_bytes(mine.data(), mine.size() * sizeof(double))
+                         : std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
+                                                  reinterpret_cast<const std::byte*>(mine.data() + mine.size()));
     std::vector<std::vector<double>> worst(n, std::vector<double>(trials_, 0.0));
-    for (int r = 0; r < rt_.world_size(); ++r)
+    for (int r = 0; r < (rt_ ? rt_->world_size() : 1); ++r)
       for (std::size_t i = 0; i < mine.size(); ++i) {
         double x;
         std::memcpy(&x, all.data() + (static_cast<std::size_t>(r) * mine.size() + i) * sizeof(double), sizeof x);
@@ -323,7 +372,7 @@ class VariantTimer {
   }
 
  private:
-  comm::Runtime& rt_;
+  comm::Runtime* rt_;
   int trials_, replays_;
   cudaStream_t stream_{};
   cudaEvent_t start_{}, stop_{};
@@ -337,65 +386,80 @@ double median_ratio(const std::vector<double>& a, const std::vector<double>& b) 
   return median(r);
 }
 
-int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
-  const int P = rt.world_size();
-  const bool lead = rt.rank() == 0;
+int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
+  const int P = rt ? rt->world_size() : args.virtual_ranks;
+  const bool lead = !rt || rt->rank() == 0;
   const auto paths = store_path_list(args.store_paths);
-  cudaStream_t stream = rt.stream();
+  cudaStream_t stream = rt ? rt->stream() : nullptr;
+  if (!rt) XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::string platform_file = args.platform.empty() ? shipped_file(kDefaultPlatform) : args.platform;
   const model::PlatformModel platform = model::read_platform_file(platform_file);
-  const int sms = device_facts(rt.device()).sm_count;
-  nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"platform", platform_file},
+  const int sms = current_device_facts().sm_count;
+  nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"virtual", rt == nullptr},
+                        {"platform", platform_file},
                         {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls per variant; per trial "
                                      "every variant in turn, all ranks lined up before each, time per call = graph time / calls, max "
-                                     "over ranks; median over " + std::to_string(args.trials) + " trials"},
+                                     "over ranks; median over " + std::to_string(args.trials) + " trials" +
+                                     (rt ? "" : "; virtual ranks: all P ranks' work in one process on one GPU, one after another")},
                         {"results", nlohmann::json::array()}};
   if (lead)
-    std::printf("%-30s %9s %9s %9s %9s %9s %9s %8s %8s %8s %9s %9s\n", "shape (per rank: heads x M x d)", "T_FA", "T_A2A", "T_serial",
-                "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "E_res/FA", "pred_E", "pred_Ecc");
+    std::printf("%-22s %9s %9s %9s %9s %9s %8s %7s %8s %8s %8s | %9s %9s %9s %7s\n", "heads x M x d (/rank)", "T_FA", "T_A2A", "T_serial",
+                "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "pred_E", "pred_Ecc", "L_serial", "L_fpost", "L_fboth", "Lfb/FA");
   bool warmed = false;
   for (int d : args.head_dims)
     for (int hpr : args.heads_per_rank)
       for (int M : args.seqlens) {
         const UlyssesShape s{args.batch, M, hpr * P, d, P};
         attention::validate(s);
-        const std::int64_t shard = static_cast<std::int64_t>(s.batch) * s.shard_rows() * s.heads * d;
-        RankTensors t{DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2)};
-        attention::fill_uniform_bf16(t.q.get(), shard, 11 + rt.rank(), -1.f, 1.f, stream);
-        attention::fill_uniform_bf16(t.k.get(), shard, 12 + rt.rank(), -1.f, 1.f, stream);
-        attention::fill_uniform_bf16(t.v.get(), shard, 13 + rt.rank(), -1.f, 1.f, stream);
-        const std::vector<UlyssesViews> views{{t.q.get(), t.k.get(), t.v.get(), t.out.get()}};
         attention::UlyssesOptions opt;
         opt.timeout_s = args.device_timeout_s;
-        UlyssesAttention layer(s, rt, opt);
-        layer.enqueue_pre_all_to_all(views, stream);  // the head-sharded inputs every variant below starts from
+        auto make_layer = [&](A2AStorePath store) {
+          attention::UlyssesOptions o = opt;
+          o.store_path = store;
+          return rt ? std::make_unique<UlyssesAttention>(s, *rt, o) : std::make_unique<UlyssesAttention>(s, o);
+        };
+        std::unique_ptr<UlyssesAttention> layer = make_layer(paths.front());
+        const std::int64_t shard = static_cast<std::int64_t>(s.batch) * s.shard_rows() * s.heads * d;
+        std::vector<RankTensors> tensors;
+        std::vector<UlyssesViews> views;
+        for (int i = 0; i < layer->held_ranks(); ++i) {
+          const int r = layer->rank_of(i);
+          RankTensors t{DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2), DeviceBuffer(shard * 2)};
+          attention::fill_uniform_bf16(t.q.get(), shard, 11 + 3 * r, -1.f, 1.f, stream);
+          attention::fill_uniform_bf16(t.k.get(), shard, 12 + 3 * r, -1.f, 1.f, stream);
+          attention::fill_uniform_bf16(t.v.get(), shard, 13 + 3 * r, -1.f, 1.f, stream);
+          views.push_back({t.q.get(), t.k.get(), t.v.get(), t.out.get()});
+          tensors.push_back(std::move(t));
+        }
+        layer->enqueue_pre_all_to_all(views, stream);  // the head-sharded inputs every kernel-level variant starts from
         if (!warmed) {
-          warm_up([&] { layer.enqueue_attention_local(stream); }, args.warmup_ms, stream);
+          warm_up([&] { layer->enqueue_attention_local(stream); }, args.warmup_ms, stream);
           warmed = true;
         }
-        // Every variant starts from the same head-sharded inputs; the fused layers each own their windows.
+        // Every kernel-level variant starts from the same head-sharded inputs; the fused layers each own their windows.
         std::vector<std::unique_ptr<UlyssesAttention>> fused;
         for (A2AStorePath path : paths) {
-          attention::UlyssesOptions fo = opt;
-          fo.store_path = path;
-          fused.push_back(std::make_unique<UlyssesAttention>(s, rt, fo));
+          fused.push_back(make_layer(path));
           fused.back()->enqueue_pre_all_to_all(views, stream);
         }
+        std::unique_ptr<UlyssesAttention> both = make_layer(paths.front());
         XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
         VariantTimer timer(rt, args.trials, args.replays);
-        const int v_fa = timer.add([&](cudaStream_t st) { layer.enqueue_attention_local(st); });
-        const int v_a2a = timer.add([&](cudaStream_t st) { layer.enqueue_post_all_to_all(views, st); });
+        const int v_fa = timer.add([&](cudaStream_t st) { layer->enqueue_attention_local(st); });
+        const int v_a2a = timer.add([&](cudaStream_t st) { layer->enqueue_post_all_to_all(views, st); });
         const int v_serial = timer.add([&](cudaStream_t st) {
-          layer.enqueue_attention_local(st);
-          layer.enqueue_post_all_to_all(views, st);
+          layer->enqueue_attention_local(st);
+          layer->enqueue_post_all_to_all(views, st);
         });
         std::vector<int> v_fused;
         for (auto& f : fused) v_fused.push_back(timer.add([&](cudaStream_t st) { f->enqueue_attention_fused(st); }));
-        const int v_layer_serial = timer.add([&](cudaStream_t st) { layer.enqueue(views, UlyssesPath::serial, st); });
-        const int v_layer_fused = timer.add([&](cudaStream_t st) { fused.front()->enqueue(views, UlyssesPath::fused, st); });
+        const int v_layer_serial = timer.add([&](cudaStream_t st) { layer->enqueue(views, UlyssesPath::serial, st); });
+        const int v_layer_post = timer.add([&](cudaStream_t st) { fused.front()->enqueue(views, UlyssesPath::fused_post, st); });
+        const int v_layer_both = timer.add([&](cudaStream_t st) { both->enqueue(views, UlyssesPath::fused_both, st); });
         const std::vector<std::vector<double>> trials = timer.run();
         for (auto& f : fused) f->poll();
-        layer.poll();
+        layer->poll();
+        both->poll();
         const double t_fa = median(trials[v_fa]), t_a2a = median(trials[v_a2a]), t_serial = median(trials[v_serial]);
         double t_fused[2] = {NAN, NAN}, fused_over_fa[2] = {NAN, NAN};
         for (std::size_t i = 0; i < paths.size(); ++i) {
@@ -403,20 +467,23 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
           t_fused[pi] = median(trials[v_fused[i]]);
           fused_over_fa[pi] = median_ratio(trials[v_fused[i]], trials[v_fa]);
         }
-        const double t_layer_serial = median(trials[v_layer_serial]), t_layer_fused = median(trials[v_layer_fused]);
+        const double t_layer_serial = median(trials[v_layer_serial]), t_layer_post = median(trials[v_layer_post]),
+                     t_layer_both = median(trials[v_layer_both]), both_over_fa = median_ratio(trials[v_layer_both], trials[v_fa]);
         const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
         const double e_res = best_fused - t_fa, hiding = (t_serial - best_fused) / (t_serial - t_fa), speedup = t_serial / best_fused;
-        // The audit with the compute side measured: σ from T_FA (ceil(tiles / CTAs) waves of ceil(M / b_n) KV tiles).
+        // The audit with the compute side measured: σ from T_FA (ceil(tiles / CTAs) waves of ceil(M / b_n) KV tiles);
+        // with virtual ranks T_FA is every rank's kernel one after another, so per rank it is T_FA / P.
         const attention::FwdTileShape tile = attention::fwd_tile_shape(attention::choose_fwd_tile_config(d, std::int64_t(s.batch) * hpr, M, sms));
         const std::int64_t tiles = std::int64_t(s.batch) * hpr * ((M + tile.block_m() - 1) / tile.block_m());
         const int K = static_cast<int>(std::min<std::int64_t>(tiles, sms));
         const std::int64_t waves = (tiles + K - 1) / K, kv_tiles = (M + tile.block_n - 1) / tile.block_n;
+        const double t_fa_rank = t_fa / layer->held_ranks();
         model::AttentionKernel kern;
         kern.b_m = tile.block_m();
         kern.b_n = tile.block_n;
         kern.head_dim = d;
         kern.K = K;
-        kern.sigma_ns = 1e3 * t_fa / static_cast<double>(waves * kv_tiles);
+        kern.sigma_ns = 1e3 * t_fa_rank / static_cast<double>(waves * kv_tiles);
         kern.G_QK_ns = kern.sigma_ns / 2;
         kern.T_lat_ns = 1000;
         kern.heads = hpr;
@@ -432,15 +499,18 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
         char name[64];
         std::snprintf(name, sizeof name, "%d x %d x %d", hpr, M, d);
         if (lead)
-          std::printf("%-30s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.1f%% %8.3f %7.2f%% %9.1f %9.1f\n", name, t_fa, t_a2a, t_serial, t_fused[0],
-                      t_fused[1], e_res, 100 * hiding, speedup, 100 * e_res / t_fa, pred_e, pred_ecc);
+          std::printf("%-22s %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %6.1f%% %8.3f %8.1f %8.1f | %9.1f %9.1f %9.1f %7.3f\n", name, t_fa, t_a2a, t_serial,
+                      t_fused[0], t_fused[1], e_res, 100 * hiding, speedup, pred_e, pred_ecc, t_layer_serial, t_layer_post, t_layer_both,
+                      both_over_fa);
         doc["results"].push_back({{"heads_per_rank", hpr}, {"heads", s.heads}, {"seqlen", M}, {"head_dim", d}, {"batch", s.batch},
                                   {"T_FA_us", t_fa}, {"T_A2A_us", t_a2a}, {"T_serial_us", t_serial},
                                   {"T_fused_tma_us", t_fused[0]}, {"T_fused_st_global_us", t_fused[1]},
                                   {"fused_tma_over_FA_median_of_trials", fused_over_fa[0]},
                                   {"fused_st_global_over_FA_median_of_trials", fused_over_fa[1]},
                                   {"E_res_us", e_res}, {"hiding", hiding}, {"speedup", speedup},
-                                  {"T_layer_serial_us", t_layer_serial}, {"T_layer_fused_us", t_layer_fused},
+                                  {"T_layer_serial_us", t_layer_serial}, {"T_layer_fused_post_us", t_layer_post},
+                                  {"T_layer_fused_both_us", t_layer_both}, {"layer_fused_both_over_FA_median_of_trials", both_over_fa},
+                                  {"input_chunks_per_source", both->input_chunks().per_source}, {"input_chunk_rows", both->input_chunks().rows},
                                   {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
                                   {"predicted", {{"E_res_us", pred_e}, {"E_drain_us", audit.points[0].E_drain_ns / 1e3},
                                                  {"E_tail_us", audit.points[0].E_tail_ns / 1e3}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},
@@ -448,6 +518,7 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
                                                  {"T_iss0_ns", pt.T_iss0_ns}, {"R_bytes_per_ns", pt.R_bytes_per_ns}, {"Q_bytes", pt.Q_bytes}}}});
         std::fflush(stdout);
       }
+  if (!rt) XSTAGE_CUDA_CHECK(cudaStreamDestroy(stream));
   if (lead && !args.out.empty()) write_json_file(args.out, doc);
   return 0;
 }
@@ -456,6 +527,7 @@ int run_bench(comm::Runtime& rt, const UlyssesArgs& args) {
 // any rank or GPU exists.
 void validate_args(const UlyssesArgs& a, bool check) {
   store_path_list(a.store_paths);
+  if (check) fused_path_list(a.fused_paths);
   if (!check) {
     for (int d : a.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: 64 or 128, got " + std::to_string(d));
     if (!a.platform.empty()) with_option_name("--platform", [&] { return model::read_platform_file(a.platform); });
@@ -464,15 +536,15 @@ void validate_args(const UlyssesArgs& a, bool check) {
 
 void spawn_or_run(const UlyssesArgs& args, bool check) {
   validate_args(args, check);
-  if (check && args.virtual_ranks > 0) {
+  if (args.virtual_ranks > 0) {
     if (comm::visible_gpu_count() < 1) throw PlatformError("no CUDA GPU");
-    if (run_check(nullptr, args) > 0) throw ExitStatus(1);
+    if ((check ? run_check(nullptr, args) : run_bench(nullptr, args)) > 0) throw ExitStatus(1);
     return;
   }
   if (const auto env = comm::rank_env_from_environment()) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     comm::Runtime rt(*env);
-    if ((check ? run_check(&rt, args) : run_bench(rt, args)) > 0) throw ExitStatus(1);
+    if ((check ? run_check(&rt, args) : run_bench(&rt, args)) > 0) throw ExitStatus(1);
     return;
   }
   const int visible = comm::visible_gpu_count();
@@ -487,8 +559,9 @@ void spawn_or_run(const UlyssesArgs& args, bool check) {
 
 void add_ulysses_command(CLI::App& attention) {
   CLI::App* ulysses = attention.add_subcommand(
-      "ulysses", "Ulysses sequence-parallel attention: the post-attention all-to-all serial (NCCL) or fused into the\n"
-                 "attention epilogue. Starts one process per GPU itself, or runs under torchrun/Slurm.");
+      "ulysses", "Ulysses sequence-parallel attention: serial (NCCL all-to-alls), the post-attention all-to-all fused into\n"
+                 "the attention epilogue (fused_post), or both all-to-alls hidden (fused_both). Starts one process per GPU\n"
+                 "itself, or runs under torchrun/Slurm.");
   ulysses->require_subcommand(1);
   auto args = std::make_shared<UlyssesArgs>();
   auto common = [&](CLI::App* cmd) {
@@ -496,19 +569,21 @@ void add_ulysses_command(CLI::App& attention) {
     add_list(cmd, "--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)");
     add_number(cmd, "--device-timeout-s", args->device_timeout_s, 1e-3, 86400, "bound of every device-side wait (default 10 s)");
     add_path(cmd, "--out", args->out, "write the results as JSON to this file");
+    add_integer(cmd, "--virtual-ranks", args->virtual_ranks, 1, attention::kMaxUlyssesRanks,
+                "hold P ranks in this process on one GPU instead (1 to " + std::to_string(attention::kMaxUlyssesRanks) + ")");
   };
   CLI::App* check = ulysses->add_subcommand("check", "Serial against the fp32 reference of the whole sequence (rel L2 <= 1e-2), and the fused\n"
                                                      "output bit-identical to the serial one, on awkward shapes; exit 1 on failure.");
   common(check);
-  add_integer(check, "--virtual-ranks", args->virtual_ranks, 1, attention::kMaxUlyssesRanks,
-              "hold P ranks in this process on one GPU instead (1 to " + std::to_string(attention::kMaxUlyssesRanks) + ")");
   add_integer(check, "--seed", args->seed, 1, INT64_MAX, "input seed (default: fresh, printed)");
   add_integer(check, "--launches", args->launches, 1, 1000000,
               "fused calls per case and store path, output poisoned before each (default 3)");
   check->add_flag("--quick", args->quick, "the two smallest shapes only (for compute-sanitizer)");
+  add_list(check, "--paths", args->fused_paths, "fused paths compared with serial: fused_post, fused_both (default: both)");
   check->callback([args] { spawn_or_run(*args, true); });
-  CLI::App* bench = ulysses->add_subcommand("bench", "FA-only, A2A-only, serial, fused (each store path) and the whole layer, per M, heads\n"
-                                                     "per rank and head dim, with the X-Stage audit's predicted residual beside the measured one.");
+  CLI::App* bench = ulysses->add_subcommand("bench", "FA-only, A2A-only, serial, fused (each store path) and the whole layer by each path,\n"
+                                                     "per M, heads per rank and head dim, with the X-Stage audit's predicted residual beside the\n"
+                                                     "measured one.");
   common(bench);
   add_integer_list(bench, "--seqlens", args->seqlens, 1, 1 << 22, "sequence lengths M (whole sequence)");
   add_integer_list(bench, "--heads", args->heads_per_rank, 1, 1024, "heads per rank (H/P)");

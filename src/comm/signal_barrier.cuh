@@ -25,14 +25,15 @@ struct SignalBarrierView {
 
 #if defined(__CUDACC__)
   // Call from ONE thread, after the writes this barrier must publish (e.g. after __syncthreads in the
-  // writing CTA, or at the start of a later kernel). Release at system scope publishes them to peers.
-  __device__ bool arrive_and_wait(std::uint32_t epoch) const {
+  // writing CTA, or at the start of a later kernel). Release at system scope publishes them to peers. A timeout
+  // is recorded as `what` (the op's own code for this barrier) with the missing peer as the index.
+  __device__ bool arrive_and_wait(std::uint32_t epoch, int what = kSignalBarrierPeer) const {
     __threadfence_system();
     for (int p = 0; p < world; ++p)
       if (p != rank) st_release_sys(peer_flags[p] + rank, epoch);
     bool ok = true;
     for (int p = 0; p < world && ok; ++p)
-      if (p != rank) ok = wait_counter<true>(wait, local_flags + p, epoch, kSignalBarrierPeer, p);
+      if (p != rank) ok = wait_counter<true>(wait, local_flags + p, epoch, what, p);
     return ok;
   }
 #endif

@@ -11,8 +11,8 @@
 namespace xstage::attention {
 namespace {
 
-void expect_every_tile_once(int num_m_blocks, int heads, int batch, int num_sms) {
-  const StaticPersistentTileScheduler s{num_m_blocks, heads, batch};
+void expect_every_tile_once(int num_m_blocks, int heads, int batch, int num_sms, bool arrival_order = false) {
+  const StaticPersistentTileScheduler s{num_m_blocks, heads, batch, 1, arrival_order};
   const int grid = StaticPersistentTileScheduler::grid_size(s.num_tiles(), num_sms);
   ASSERT_GE(grid, 1);
   ASSERT_LE(grid, num_sms);
@@ -47,7 +47,27 @@ TEST(TileScheduler, EveryTileOnceForManyShapesAndGrids) {
     expect_every_tile_once(64, 4, 1, sms);     // M=8192, 4 heads
     expect_every_tile_once(3, 5, 3, sms);      // odd sizes
     expect_every_tile_once(512, 12, 1, sms);   // M=65536, 12 heads
+    expect_every_tile_once(64, 4, 1, sms, true);
+    expect_every_tile_once(3, 5, 3, sms, true);
+    expect_every_tile_once(512, 12, 2, sms, true);
   }
+}
+
+// fused_both: the first tiles are the last m-blocks of every head, the walk goes towards the first rows, batch slowest.
+TEST(TileScheduler, ArrivalOrderWalksHeadsFastestFromTheLastRows) {
+  const StaticPersistentTileScheduler s{10, 3, 2, 1, true};
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(s.coord(t).m_block, 9);
+    EXPECT_EQ(s.coord(t).head, t);
+    EXPECT_EQ(s.coord(t).batch, 0);
+  }
+  EXPECT_EQ(s.coord(3).m_block, 8);
+  EXPECT_EQ(s.coord(29).m_block, 0);
+  EXPECT_EQ(s.coord(29).batch, 0);
+  EXPECT_EQ(s.coord(30).m_block, 9);
+  EXPECT_EQ(s.coord(30).batch, 1);
+  for (int t = 0; t + 1 < s.num_tiles(); ++t)  // within a batch the m-block never increases
+    if (s.coord(t).batch == s.coord(t + 1).batch) EXPECT_GE(s.coord(t).m_block, s.coord(t + 1).m_block);
 }
 
 TEST(TileScheduler, MBlockVariesFastestSoConcurrentCtasShareKV) {

@@ -3,6 +3,7 @@
 // by owner, the arrival counts add up, and the destination-interleaved tile order is a permutation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -121,6 +122,43 @@ TEST(UlyssesLayout, BadShapesAreRefusedWithTheReason) {
   EXPECT_NE(message({1, 1024, 8, 96, 4}).find("head_dim must be 64 or 128"), std::string::npos);
   EXPECT_NE(message({1, 1024, 16, 128, 16}).find("1 to 8 ranks"), std::string::npos);
   EXPECT_EQ(message({3, 1000, 8, 64, 8}), "");  // Ms = 125: tiles straddle ranks, which is handled
+}
+
+// fused_both's input chunks: every row in exactly one chunk of its own source, chunks contiguous and in order,
+// at most 64 per batch, and the walk by next_chunk_row visits each chunk a row range touches once.
+TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
+  for (int P : {1, 2, 3, 4, 8})
+    for (int Ms : {1, 37, 100, 128, 1000, 4096, 8192}) {
+      const UlyssesShape s{2, Ms * P, 2 * P, 128, P};
+      const InputChunks c = make_input_chunks(s);
+      ASSERT_LE(c.per_batch(), kMaxInputChunksPerBatch) << "P=" << P << " Ms=" << Ms;
+      ASSERT_GE(c.per_source, 1);
+      ASSERT_GE(c.per_source * c.rows, Ms);
+      ASSERT_LT((c.per_source - 1) * c.rows, Ms);  // no empty chunk
+      std::vector<int> rows_in(c.per_batch(), 0);
+      for (int m = 0; m < s.seqlen; ++m) {
+        const int i = c.index_of_row(m);
+        ASSERT_GE(i, 0);
+        ASSERT_LT(i, c.per_batch());
+        ASSERT_EQ(i / c.per_source, s.owner_of_row(m)) << "row " << m;  // a chunk never crosses a shard
+        const int j = i / c.per_source, k = i % c.per_source;
+        ASSERT_GE(m, c.first_row(j, k));
+        ASSERT_LT(m, c.first_row(j, k) + c.rows_of(k));
+        ++rows_in[i];
+      }
+      for (int i = 0; i < c.per_batch(); ++i) EXPECT_EQ(rows_in[i], c.rows_of(i % c.per_source)) << "chunk " << i;
+      // The producer's walk over rows [a, b): each chunk touched once, in order.
+      for (int a : {0, Ms / 2, s.seqlen - 1})
+        for (int len : {1, 64, 128, 192, s.seqlen}) {
+          const int b = std::min(a + len, s.seqlen);
+          std::vector<int> walked;
+          for (int m = a; m < b; m = c.next_chunk_row(m)) walked.push_back(c.index_of_row(m));
+          std::vector<int> expected;
+          for (int m = a; m < b; ++m)
+            if (expected.empty() || expected.back() != c.index_of_row(m)) expected.push_back(c.index_of_row(m));
+          EXPECT_EQ(walked, expected) << "P=" << P << " Ms=" << Ms << " rows " << a << ".." << b;
+        }
+    }
 }
 
 }  // namespace

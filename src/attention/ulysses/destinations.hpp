@@ -1,5 +1,7 @@
-// Where the fused Ulysses epilogue (epilogue_all_to_all.hpp) writes: every rank's output window and arrival
-// counter, and the call protocol's state. Plain C++: the layer's host side builds it, the kernel reads it.
+// The cross-rank contract of the fused Ulysses kernels: where the fused epilogue (epilogue_all_to_all.hpp)
+// writes (every rank's output window and arrival counter, the call protocol's state) and, on the path that hides
+// both all-to-alls, which input chunks the mainloop's producer waits for (InputArrivals). Plain C++: the layer's
+// host side builds them, the kernel reads them.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,10 @@ enum class A2AStorePath { tma, st_global };
 const char* to_string(A2AStorePath path);
 
 // What a failed wait of the fused Ulysses kernels was waiting for (comm::DeviceStatus::what).
-enum class UlyssesWait : std::int32_t { none = 0, arrivals = 1 };
+//   arrivals  the output rows of every rank (index -1);
+//   inputs    an input chunk's arrival flag (index: its flag, InputChunks);
+//   start     the start-of-call barrier of fused_both (index: the rank that did not arrive).
+enum class UlyssesWait : std::int32_t { none = 0, arrivals = 1, inputs = 2, start = 3 };
 
 inline constexpr int kMaxUlyssesRanks = comm::kMaxFusedOpRanks;
 
@@ -27,6 +32,17 @@ struct AllToAllDestinations {
   comm::CallEpochView calls;
   comm::WaitContext wait;
   bool wait_for_arrivals = true;  // false for virtual ranks (a separate kernel waits)
+};
+
+// The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] holds
+// the number of the call whose chunk i has arrived (the copy engine writes it after the chunk's rows), so a
+// flag needs no reset between calls. flags == nullptr: every input is there already (every other path).
+struct InputArrivals {
+  const std::uint32_t* flags = nullptr;  // [B][InputChunks::per_batch()], in this rank's memory
+  InputChunks chunks;
+  comm::CallEpochView calls;  // the call number a flag must reach
+  comm::WaitContext wait;
+  bool system_scope = false;  // written by peers' copy engines (real ranks): acquire at system scope
 };
 
 }  // namespace xstage::attention

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/nccl_check.hpp"
+#include "comm/signal_barrier.cuh"
 
 namespace xstage::attention {
 namespace {
@@ -55,13 +56,75 @@ __global__ void wait_arrivals_kernel(const std::uint32_t* arrived, std::uint32_t
   comm::wait_counter<true>(wait, arrived, done * per_call, static_cast<int>(UlyssesWait::arrivals), -1);
 }
 
+// fused_both, at the start of a call: each held rank's push word <- the call's number (the value its copy engines
+// write into the arrival flags after each chunk); with real ranks, then a barrier, so that no rank pushes into an
+// inbox whose owner is still reading its previous call's inputs (every rank arrives after its previous call's
+// kernels, which are ahead of this one on its stream).
+struct StartOfCall {
+  int held = 0;
+  const std::uint32_t* calls_done[kMaxUlyssesRanks] = {};
+  std::uint32_t* push_word[kMaxUlyssesRanks] = {};
+  bool barrier = false;
+  comm::SignalBarrierView ranks{};
+};
+
+__global__ void start_of_call_kernel(StartOfCall s) {
+  for (int i = 0; i < s.held; ++i) {
+    const std::uint32_t call = *static_cast<const volatile std::uint32_t*>(s.calls_done[i]) + 1u;
+    *static_cast<volatile std::uint32_t*>(s.push_word[i]) = call;
+    if (s.barrier) s.ranks.arrive_and_wait(call, static_cast<int>(UlyssesWait::start));
+  }
+  __threadfence_system();
+}
+
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s) {
-  return comm::describe_timeout(st, timeout_s, "Ulysses attention", "the rows of every rank (arrivals)", true);
+  switch (static_cast<UlyssesWait>(st.what)) {
+    case UlyssesWait::inputs:
+      return comm::describe_timeout(st, timeout_s, "Ulysses attention", "an input chunk's arrival flag (fused_both)", true);
+    case UlyssesWait::start:
+      return comm::describe_timeout(st, timeout_s, "Ulysses attention", "the start-of-call barrier (fused_both), from rank", true);
+    default:
+      return comm::describe_timeout(st, timeout_s, "Ulysses attention", "the rows of every rank (arrivals)", true);
+  }
 }
 
 }  // namespace
 
-const char* to_string(UlyssesPath path) { return path == UlyssesPath::serial ? "serial" : "fused"; }
+const char* to_string(UlyssesPath path) {
+  switch (path) {
+    case UlyssesPath::serial: return "serial";
+    case UlyssesPath::fused_post: return "fused_post";
+    case UlyssesPath::fused_both: return "fused_both";
+  }
+  return "?";
+}
+
+UlyssesPath ulysses_path_from_name(const std::string& name) {
+  for (UlyssesPath p : kUlyssesPaths)
+    if (name == to_string(p)) return p;
+  throw InputError("unknown Ulysses path '" + name + "' (choose from serial, fused_post, fused_both)");
+}
+
+// One stream per destination rank for fused_both's pushes, forked from and joined back into the caller's stream.
+struct UlyssesAttention::CopyStreams {
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> joins;
+  cudaEvent_t fork{};
+  explicit CopyStreams(int n) : streams(n), joins(n) {
+    XSTAGE_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    for (int i = 0; i < n; ++i) {
+      XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+      XSTAGE_CUDA_CHECK(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
+    }
+  }
+  ~CopyStreams() {
+    for (cudaStream_t s : streams) cudaStreamDestroy(s);
+    for (cudaEvent_t e : joins) cudaEventDestroy(e);
+    cudaEventDestroy(fork);
+  }
+  CopyStreams(const CopyStreams&) = delete;
+  CopyStreams& operator=(const CopyStreams&) = delete;
+};
 
 void validate(const UlyssesShape& s) {
   const std::string what = "Ulysses attention (batch " + std::to_string(s.batch) + ", M " + std::to_string(s.seqlen) + ", H " +
@@ -89,6 +152,16 @@ struct UlyssesAttention::Rank {
   void* window = nullptr;
   std::uint32_t* arrived = nullptr;
   AllToAllDestinations dst;
+  // fused_both: the head-sharded inputs Q, K, V [B][M][Hp][d] the peers push into, then their arrival flags
+  // [B][chunks per batch], the start barrier's flags [P] and this rank's push word; local (virtual ranks) or
+  // symmetric. inbox_of[j]: rank j's inbox as this rank addresses it.
+  DeviceBuffer inbox_local;
+  std::unique_ptr<comm::SymmetricBuffer> inbox_symmetric;
+  char* inbox = nullptr;
+  char* inbox_of[kMaxUlyssesRanks] = {};
+  std::uint32_t* start_flags = nullptr;  // [P], in the inbox
+  std::uint32_t* push_word = nullptr;    // in the inbox: the number of the call being pushed
+  InputArrivals inputs;
 
   Rank(int r, double timeout_s) : rank(r), state(r, timeout_s) {}
   const void* head_sharded(int t) const { return work[t].bytes() ? work[t].get() : recv[t].get(); }
@@ -157,8 +230,34 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     d_.wait = r->state.wait_context();
     d_.wait_for_arrivals = rt != nullptr;
   }
+  // fused_both's inboxes.
+  chunks_ = make_input_chunks(shape_);
+  const std::int64_t flag_bytes = B * chunks_.per_batch() * 4, start_offset = 3 * head_sharded + flag_bytes,
+                     inbox_total = start_offset + (shape_.ranks + 1) * 4;
+  for (auto& r : ranks_) {
+    if (rt) {
+      r->inbox_symmetric = std::make_unique<comm::SymmetricBuffer>(*rt, static_cast<std::size_t>(inbox_total));
+      r->inbox = static_cast<char*>(r->inbox_symmetric->local());
+    } else {
+      r->inbox_local = DeviceBuffer(inbox_total);
+      r->inbox = static_cast<char*>(r->inbox_local.get());
+    }
+    XSTAGE_CUDA_CHECK(cudaMemset(r->inbox + 3 * head_sharded, 0, inbox_total - 3 * head_sharded));
+  }
+  for (auto& r : ranks_) {
+    for (int j = 0; j < shape_.ranks; ++j)
+      r->inbox_of[j] = rt ? (j == r->rank ? r->inbox : static_cast<char*>(r->inbox_symmetric->peer_pointer(j))) : ranks_[j]->inbox;
+    r->start_flags = reinterpret_cast<std::uint32_t*>(r->inbox + start_offset);
+    r->push_word = r->start_flags + shape_.ranks;
+    r->inputs.flags = reinterpret_cast<const std::uint32_t*>(r->inbox + 3 * head_sharded);
+    r->inputs.chunks = chunks_;
+    r->inputs.calls = r->state.epoch_view();
+    r->inputs.wait = r->state.wait_context();
+    r->inputs.system_scope = rt != nullptr;
+  }
+  copies_ = std::make_unique<CopyStreams>(shape_.ranks);
   XSTAGE_CUDA_CHECK(cudaDeviceSynchronize());
-  if (rt) rt->barrier();  // every window zeroed before any rank's first call
+  if (rt) rt->barrier();  // every window and flag zeroed before any rank's first call
 }
 
 // Every held rank's send buffer -> every rank's receive buffer, `bytes_per_peer` from rank i to rank j at
@@ -249,13 +348,115 @@ void UlyssesAttention::enqueue_post_all_to_all(const std::vector<UlyssesViews>& 
 
 void UlyssesAttention::enqueue_attention_fused(cudaStream_t stream) {
   poll();
-  for (auto& r : ranks_)
-    flash_attention_forward_all_to_all(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), nullptr),
-                                       r->dst, opt_.store_path, stream);
+  enqueue_attention_fused_kernels(stream, false);
+}
+
+// The fused kernel of every held rank; `gated`: on the inboxes, waiting for the input chunks (fused_both).
+void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool gated) {
+  const std::int64_t head_sharded = static_cast<std::int64_t>(shape_.batch) * shape_.seqlen * shape_.local_heads() * shape_.head_dim * 2;
+  for (auto& r : ranks_) {
+    if (gated)
+      flash_attention_forward_all_to_all(
+          head_sharded_args(shape_, r->inbox, r->inbox + head_sharded, r->inbox + 2 * head_sharded, nullptr), r->dst, opt_.store_path,
+          stream, r->inputs);
+    else
+      flash_attention_forward_all_to_all(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), nullptr),
+                                         r->dst, opt_.store_path, stream);
+  }
   if (!rt_)
     for (auto& r : ranks_)
       launch_kernel(wait_arrivals_kernel, 1, 1, 0, stream, static_cast<const std::uint32_t*>(r->arrived), shape_.arrivals_per_call(),
                     r->state.epoch_view(), r->state.wait_context());
+}
+
+// A 2D copy (rows of `width` bytes at the given pitches) as one operation of a copy batch, marked for the copy
+// engines: the attention kernel it overlaps holds every SM, so a copy the driver ran as a kernel would wait for it.
+cudaMemcpy3DBatchOp copy_engine_op(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                                   std::size_t rows) {
+  cudaMemcpy3DBatchOp op{};
+  op.src.type = cudaMemcpyOperandTypePointer;
+  op.src.op.ptr.ptr = const_cast<void*>(src);
+  op.src.op.ptr.rowLength = src_pitch;  // elements of one byte
+  op.dst.type = cudaMemcpyOperandTypePointer;
+  op.dst.op.ptr.ptr = dst;
+  op.dst.op.ptr.rowLength = dst_pitch;
+  op.extent = make_cudaExtent(width, rows, 1);
+  op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  op.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  return op;
+}
+
+// Every held rank's Q, K, V rows -> every rank's inbox, chunk by chunk on the copy engines (one stream per
+// receiving rank), each chunk's three copies (one batch) followed by its arrival flag (4 bytes from the pushing
+// rank's push word, a batch of its own: stream order makes the rows complete before the flag is written). Chunks
+// go from the last rows of the sequence to the first, the order the kernel's tiles and key/value loops need them.
+void UlyssesAttention::enqueue_pushes(const std::vector<UlyssesViews>& views) {
+  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
+                     d = shape_.head_dim;
+  const std::int64_t head_sharded = B * M * Hp * d * 2, src_pitch = H * d * 2, width = Hp * d * 2;
+  const InputChunks& c = chunks_;
+  pushed_remote_bytes_ = 0;
+  auto push = [&](int src_i, int dst_rank, std::int64_t b, int chunk, cudaStream_t st) {
+    const Rank& src = *ranks_[src_i];
+    const int j = src.rank;
+    const std::int64_t rows = c.rows_of(chunk), first = c.first_row(j, chunk);  // first: a sequence row
+    char* inbox = src.inbox_of[dst_rank];
+    const void* from[3] = {views[src_i].q, views[src_i].k, views[src_i].v};
+    cudaMemcpy3DBatchOp rows_op[3];
+    for (int t = 0; t < 3; ++t) {
+      const char* s0 = static_cast<const char*>(from[t]) + ((b * Ms + (first - j * Ms)) * H + dst_rank * Hp) * d * 2;
+      char* d0 = inbox + t * head_sharded + (b * M + first) * width;
+      rows_op[t] = copy_engine_op(d0, width, s0, src_pitch, width, rows);
+    }
+    XSTAGE_CUDA_CHECK(cudaMemcpy3DBatchAsync(3, rows_op, 0, st));
+    char* flag = inbox + 3 * head_sharded + (b * c.per_batch() + j * c.per_source + chunk) * 4;
+    cudaMemcpy3DBatchOp flag_op = copy_engine_op(flag, 4, src.push_word, 4, 4, 1);
+    XSTAGE_CUDA_CHECK(cudaMemcpy3DBatchAsync(1, &flag_op, 0, st));
+    if (dst_rank != j) pushed_remote_bytes_ += 3 * rows * width;
+  };
+  for (std::size_t i = 0; i < ranks_.size(); ++i)
+    for (const void* x : {views[i].q, views[i].k, views[i].v}) XSTAGE_REQUIRE(x != nullptr, "Ulysses attention: Q, K and V must not be null");
+  for (int r = 0; r < shape_.ranks; ++r) {
+    cudaStream_t st = copies_->streams[r];
+    for (std::int64_t b = 0; b < B; ++b) {
+      if (rt_) {  // this rank's chunks for rank r, last first
+        for (int chunk = c.per_source - 1; chunk >= 0; --chunk) push(0, r, b, chunk, st);
+      } else {  // every rank's chunks for rank r, in the order of the sequence from its end
+        for (int g = c.per_batch() - 1; g >= 0; --g) push(g / c.per_source, r, b, g % c.per_source, st);
+      }
+    }
+  }
+}
+
+void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  poll();
+  StartOfCall start;
+  start.held = static_cast<int>(ranks_.size());
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    start.calls_done[i] = ranks_[i]->state.epoch_view().calls_done;
+    start.push_word[i] = ranks_[i]->push_word;
+  }
+  if (rt_) {
+    Rank& me = *ranks_[0];
+    const std::ptrdiff_t start_offset = reinterpret_cast<char*>(me.start_flags) - me.inbox;
+    start.barrier = true;
+    start.ranks.local_flags = me.start_flags;
+    for (int p = 0; p < shape_.ranks; ++p) start.ranks.peer_flags[p] = reinterpret_cast<std::uint32_t*>(me.inbox_of[p] + start_offset);
+    start.ranks.wait = me.state.wait_context();
+    start.ranks.rank = me.rank;
+    start.ranks.world = shape_.ranks;
+  }
+  launch_kernel(start_of_call_kernel, 1, 1, 0, stream, start);
+  XSTAGE_CUDA_CHECK(cudaEventRecord(copies_->fork, stream));
+  for (cudaStream_t st : copies_->streams) XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(st, copies_->fork, 0));
+  enqueue_pushes(views);
+  enqueue_attention_fused_kernels(stream, true);
+  for (std::size_t i = 0; i < copies_->streams.size(); ++i) {
+    XSTAGE_CUDA_CHECK(cudaEventRecord(copies_->joins[i], copies_->streams[i]));
+    XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, copies_->joins[i], 0));
+  }
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
@@ -269,13 +470,21 @@ void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, 
 }
 
 void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream) {
-  enqueue_pre_all_to_all(views, stream);
-  if (path == UlyssesPath::serial) {
-    enqueue_attention_local(stream);
-    enqueue_post_all_to_all(views, stream);
-  } else {
-    enqueue_attention_fused(stream);
-    enqueue_copy_out(views, stream);
+  switch (path) {
+    case UlyssesPath::serial:
+      enqueue_pre_all_to_all(views, stream);
+      enqueue_attention_local(stream);
+      enqueue_post_all_to_all(views, stream);
+      return;
+    case UlyssesPath::fused_post:
+      enqueue_pre_all_to_all(views, stream);
+      enqueue_attention_fused(stream);
+      enqueue_copy_out(views, stream);
+      return;
+    case UlyssesPath::fused_both:
+      enqueue_attention_fused_both(views, stream);
+      enqueue_copy_out(views, stream);
+      return;
   }
 }
 

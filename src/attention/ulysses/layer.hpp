@@ -1,11 +1,17 @@
 // The Ulysses sequence-parallel attention layer over P ranks (ulysses/layout.hpp has the index math):
-// sequence-sharded Q, K, V [B][M/P][H][d] in, the same shape out. Two ways to run it:
+// sequence-sharded Q, K, V [B][M/P][H][d] in, the same shape out. Three ways to run it:
 //
-//   serial   pre-attention all-to-all (pack, exchange, unpack), attention into a local head-sharded O,
-//            post-attention all-to-all (pack, exchange, unpack): what users run today, on the same core;
-//   fused    pre-attention all-to-all, then the attention kernel with the all-to-all in its epilogue
-//            (epilogue_all_to_all.hpp): each output tile goes straight into its owner's output window;
-//            then each rank copies this call's half of its window out.
+//   serial      pre-attention all-to-all (pack, exchange, unpack), attention into a local head-sharded O,
+//               post-attention all-to-all (pack, exchange, unpack): what users run today, on the same core;
+//   fused_post  pre-attention all-to-all, then the attention kernel with the all-to-all in its epilogue
+//               (epilogue_all_to_all.hpp): each output tile goes straight into its owner's output window;
+//               then each rank copies this call's half of its window out (the paper's design);
+//   fused_both  the pre-attention all-to-all hidden too: each rank's copy engines push its Q, K, V rows, chunk
+//               by chunk (InputChunks), straight from its inputs into every rank's head-sharded inbox, each chunk
+//               followed by its arrival flag, while the attention kernel (fused_post's) runs and waits per chunk
+//               before it loads rows; tiles walk from the last rows, where the pushes begin. The copy engines
+//               take no SM, so the pushes overlap the attention of the same call. A start-of-call barrier (real
+//               ranks) makes sure no rank pushes into an inbox its owner is still reading.
 //
 // The ranks a process holds: one, with an NCCL communicator and symmetric windows (comm::Runtime; the
 // exchange is ncclAlltoAll, the epilogue's destinations LSA pointers), or all P on one GPU ("virtual ranks":
@@ -31,8 +37,11 @@
 
 namespace xstage::attention {
 
-enum class UlyssesPath { serial, fused };
+enum class UlyssesPath { serial, fused_post, fused_both };
 const char* to_string(UlyssesPath path);
+// "serial", "fused_post", "fused_both"; throws InputError naming the choices otherwise.
+UlyssesPath ulysses_path_from_name(const std::string& name);
+inline constexpr UlyssesPath kUlyssesPaths[] = {UlyssesPath::serial, UlyssesPath::fused_post, UlyssesPath::fused_both};
 
 struct UlyssesOptions {
   A2AStorePath store_path = A2AStorePath::tma;  // the fused epilogue's
@@ -75,6 +84,14 @@ class UlyssesAttention {
   void enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // local O -> out
   void enqueue_attention_fused(cudaStream_t stream);   // head-sharded -> the owners' windows, completion waited for
   void enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // this call's window half -> out
+  // fused_both without the copy-out: the start of the call, the pushes of every held rank's inputs on the copy
+  // streams and the gated fused attention, joined back into `stream`.
+  void enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream);
+
+  // The input chunks of fused_both, and the bytes the held ranks' copy engines pushed to other ranks in the last
+  // fused_both call enqueued (counted as the copies are enqueued: the pre-attention all-to-all's volume).
+  const InputChunks& input_chunks() const { return chunks_; }
+  std::int64_t pushed_remote_bytes() const { return pushed_remote_bytes_; }
 
   // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
   void poll() const;
@@ -83,7 +100,10 @@ class UlyssesAttention {
 
  private:
   struct Rank;
+  struct CopyStreams;
   void allocate(comm::Runtime* rt);
+  void enqueue_attention_fused_kernels(cudaStream_t stream, bool gated);
+  void enqueue_pushes(const std::vector<UlyssesViews>& views);
   void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
                 cudaStream_t stream);
 
@@ -91,6 +111,9 @@ class UlyssesAttention {
   UlyssesOptions opt_;
   comm::Runtime* rt_ = nullptr;  // null: virtual ranks
   std::vector<std::unique_ptr<Rank>> ranks_;
+  InputChunks chunks_;
+  std::unique_ptr<CopyStreams> copies_;
+  std::int64_t pushed_remote_bytes_ = 0;
 };
 
 }  // namespace xstage::attention

@@ -57,6 +57,51 @@ XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSe
   return n;
 }
 
+// The inputs of the path that hides both all-to-alls (UlyssesPath::fused_both), as chunks: source rank j's Ms
+// rows of one batch are cut into `per_source` chunks of `rows` rows (its last one may be shorter). Chunk c of
+// source j covers the sequence rows [j·Ms + c·rows, min(j·Ms + (c+1)·rows, (j+1)·Ms)); its Q, K and V rows
+// arrive together and then its arrival flag, flags[b · per_batch() + j · per_source + c], so the attention
+// kernel waits per chunk (a few per source), not per tile. At most 64 chunks per batch: the kernel's producer
+// keeps one bit per chunk it has seen arrive.
+struct InputChunks {
+  int shard_rows = 1;  // Ms
+  int ranks = 1;       // P
+  int rows = 1;
+  int per_source = 1;
+
+  XSTAGE_HD constexpr int per_batch() const { return ranks * per_source; }
+  // The chunk that holds sequence row m (index within its batch).
+  XSTAGE_HD constexpr int index_of_row(int m) const {
+    const int j = m / shard_rows;
+    return j * per_source + (m - j * shard_rows) / rows;
+  }
+  // The first row after the chunk that holds row m.
+  XSTAGE_HD constexpr int next_chunk_row(int m) const {
+    const int j = m / shard_rows, end_of_shard = (j + 1) * shard_rows;
+    const int next = j * shard_rows + ((m - j * shard_rows) / rows + 1) * rows;
+    return next < end_of_shard ? next : end_of_shard;
+  }
+  // Rows of chunk c of source j: the first (a sequence row) and the count.
+  XSTAGE_HD constexpr int first_row(int j, int c) const { return j * shard_rows + c * rows; }
+  XSTAGE_HD constexpr int rows_of(int c) const {
+    const int left = shard_rows - c * rows;
+    return left < rows ? left : rows;
+  }
+};
+
+inline constexpr int kMaxInputChunksPerBatch = 64;
+// About `target` chunks per batch in all (a first chunk small enough that attention starts soon, few enough
+// that the copies' per-operation cost stays small), at least one per source, at most 64 per batch.
+XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int target = 16) {
+  const int Ms = s.shard_rows(), P = s.ranks;
+  int per_source = (target + P - 1) / P;
+  if (per_source > kMaxInputChunksPerBatch / P) per_source = kMaxInputChunksPerBatch / P;
+  if (per_source > Ms) per_source = Ms;
+  if (per_source < 1) per_source = 1;
+  const int rows = (Ms + per_source - 1) / per_source;
+  return InputChunks{Ms, P, rows, (Ms + rows - 1) / rows};
+}
+
 // Tile order for the fused epilogue (tile_scheduler.hpp's m_block_stride): consecutive tiles on m-blocks
 // `stride` apart, so the CTAs working at one moment store to every rank rather than all to one or two
 // (receiver-side incast at large M).

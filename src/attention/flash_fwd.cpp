@@ -119,7 +119,7 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
                    "fused Ulysses: the input chunks (" + std::to_string(c.per_source) + " of " + std::to_string(c.rows) +
                        " rows per source) do not cover the layer's shards of " + std::to_string(s.shard_rows()) + " rows in at most " +
                        std::to_string(kMaxInputChunksPerBatch) + " chunks per batch");
-    XSTAGE_REQUIRE(inputs.calls.calls_done != nullptr && inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
+    XSTAGE_REQUIRE(inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
   }
   const int num_sms = current_device_facts().sm_count;
   switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {

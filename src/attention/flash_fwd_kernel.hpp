@@ -66,7 +66,7 @@ struct FlashFwdKernel {
       if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
         auto k_state = cutlass::make_producer_start_state<PipelineKV>();
         auto v_state = cutlass::make_producer_start_state<PipelineKV>();
-        auto input_waits = Mainloop::begin_input_waits(params.mainloop);
+        typename Mainloop::InputWaits input_waits;
         int iteration = 0;
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {

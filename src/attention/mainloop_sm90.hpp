@@ -104,7 +104,6 @@ struct MainloopSm90 {
 
   // The producer's memory of which input chunks have arrived in this call (InputArrivals).
   struct InputWaits {
-    std::uint32_t call = 0;
     int batch = -1;
     std::uint64_t arrived = 0;  // bit i: chunk i of `batch`
   };
@@ -131,13 +130,6 @@ struct MainloopSm90 {
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, inputs};
   }
 
-  // The producer, once at its start: the call whose inputs it waits for.
-  CUTE_DEVICE static InputWaits begin_input_waits(Params const& params) {
-    InputWaits w;
-    if (params.inputs.flags != nullptr) w.call = comm::current_call(params.inputs.calls);
-    return w;
-  }
-
   // Waits until rows [m0, m1) of batch b have arrived (nothing to do without InputArrivals). A wait that times
   // out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
   // so the kernel ends and the host's poll() reports the timeout.
@@ -154,8 +146,8 @@ struct MainloopSm90 {
       if ((w.arrived >> i) & 1u) continue;
       const std::uint32_t* flag = in.flags + b * in.chunks.per_batch() + i;
       const int index = b * in.chunks.per_batch() + i, what = static_cast<int>(UlyssesWait::inputs);
-      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, w.call, what, index);
-      else comm::wait_counter<false>(in.wait, flag, w.call, what, index);
+      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, 1u, what, index);
+      else comm::wait_counter<false>(in.wait, flag, 1u, what, index);
       w.arrived |= std::uint64_t{1} << i;
       waited = true;
     }

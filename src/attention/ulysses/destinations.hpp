@@ -34,13 +34,12 @@ struct AllToAllDestinations {
   bool wait_for_arrivals = true;  // false for virtual ranks (a separate kernel waits)
 };
 
-// The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] holds
-// the number of the call whose chunk i has arrived (the copy engine writes it after the chunk's rows), so a
-// flag needs no reset between calls. flags == nullptr: every input is there already (every other path).
+// The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] is 0
+// until chunk i's rows have arrived and 1 after (the pushing rank's stream writes it after the chunk's copies; the
+// start of every call resets them). flags == nullptr: every input is there already (every other path).
 struct InputArrivals {
   const std::uint32_t* flags = nullptr;  // [B][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;
-  comm::CallEpochView calls;  // the call number a flag must reach
   comm::WaitContext wait;
   bool system_scope = false;  // written by peers' copy engines (real ranks): acquire at system scope
 };

@@ -1,5 +1,6 @@
 #include "attention/ulysses/layer.hpp"
 
+#include <cuda.h>
 #include <nccl.h>
 
 #include <string>
@@ -56,25 +57,50 @@ __global__ void wait_arrivals_kernel(const std::uint32_t* arrived, std::uint32_t
   comm::wait_counter<true>(wait, arrived, done * per_call, static_cast<int>(UlyssesWait::arrivals), -1);
 }
 
-// fused_both, at the start of a call: each held rank's push word <- the call's number (the value its copy engines
-// write into the arrival flags after each chunk); with real ranks, then a barrier, so that no rank pushes into an
-// inbox whose owner is still reading its previous call's inputs (every rank arrives after its previous call's
-// kernels, which are ahead of this one on its stream).
+// fused_both, at the start of a call: every held rank's input arrival flags <- 0; with real ranks, then a barrier,
+// so that no rank pushes (and sets a flag) before its receiver has reset them and finished reading its previous
+// call's inputs (every rank arrives after its previous call's kernels, which are ahead of this one on its stream).
 struct StartOfCall {
   int held = 0;
-  const std::uint32_t* calls_done[kMaxUlyssesRanks] = {};
-  std::uint32_t* push_word[kMaxUlyssesRanks] = {};
+  int flags_per_rank = 0;
+  std::uint32_t* flags[kMaxUlyssesRanks] = {};
   bool barrier = false;
+  const std::uint32_t* calls_done = nullptr;  // real ranks: the barrier's epoch is the call's number
   comm::SignalBarrierView ranks{};
 };
 
+constexpr int kStartThreads = 128;
 __global__ void start_of_call_kernel(StartOfCall s) {
-  for (int i = 0; i < s.held; ++i) {
-    const std::uint32_t call = *static_cast<const volatile std::uint32_t*>(s.calls_done[i]) + 1u;
-    *static_cast<volatile std::uint32_t*>(s.push_word[i]) = call;
-    if (s.barrier) s.ranks.arrive_and_wait(call, static_cast<int>(UlyssesWait::start));
+  for (int i = 0; i < s.held; ++i)
+    for (int f = threadIdx.x; f < s.flags_per_rank; f += blockDim.x) s.flags[i][f] = 0u;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    if (s.barrier) {
+      const std::uint32_t call = *static_cast<const volatile std::uint32_t*>(s.calls_done) + 1u;
+      s.ranks.arrive_and_wait(call, static_cast<int>(UlyssesWait::start));
+    }
   }
-  __threadfence_system();
+}
+
+// cuStreamWriteValue32 (a stream memory operation: the GPU's front end writes the word once the stream's earlier
+// work is complete and visible, no SM involved), through the runtime's driver entry point.
+using StreamWriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+StreamWriteValue32 stream_write_value32() {
+  static const StreamWriteValue32 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    XSTAGE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw PlatformError("Ulysses attention (fused_both): the CUDA driver has no cuStreamWriteValue32");
+    return reinterpret_cast<StreamWriteValue32>(f);
+  }();
+  return fn;
+}
+
+void write_flag(cudaStream_t stream, std::uint32_t* flag) {
+  const CUresult r = stream_write_value32()(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), 1u, 0u);
+  if (r != CUDA_SUCCESS) throw PlatformError("Ulysses attention (fused_both): cuStreamWriteValue32 failed with CUresult " + std::to_string(r));
 }
 
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s) {
@@ -160,7 +186,6 @@ struct UlyssesAttention::Rank {
   char* inbox = nullptr;
   char* inbox_of[kMaxUlyssesRanks] = {};
   std::uint32_t* start_flags = nullptr;  // [P], in the inbox
-  std::uint32_t* push_word = nullptr;    // in the inbox: the number of the call being pushed
   InputArrivals inputs;
 
   Rank(int r, double timeout_s) : rank(r), state(r, timeout_s) {}
@@ -233,7 +258,7 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   // fused_both's inboxes.
   chunks_ = make_input_chunks(shape_);
   const std::int64_t flag_bytes = B * chunks_.per_batch() * 4, start_offset = 3 * head_sharded + flag_bytes,
-                     inbox_total = start_offset + (shape_.ranks + 1) * 4;
+                     inbox_total = start_offset + shape_.ranks * 4;
   for (auto& r : ranks_) {
     if (rt) {
       r->inbox_symmetric = std::make_unique<comm::SymmetricBuffer>(*rt, static_cast<std::size_t>(inbox_total));
@@ -248,10 +273,8 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     for (int j = 0; j < shape_.ranks; ++j)
       r->inbox_of[j] = rt ? (j == r->rank ? r->inbox : static_cast<char*>(r->inbox_symmetric->peer_pointer(j))) : ranks_[j]->inbox;
     r->start_flags = reinterpret_cast<std::uint32_t*>(r->inbox + start_offset);
-    r->push_word = r->start_flags + shape_.ranks;
     r->inputs.flags = reinterpret_cast<const std::uint32_t*>(r->inbox + 3 * head_sharded);
     r->inputs.chunks = chunks_;
-    r->inputs.calls = r->state.epoch_view();
     r->inputs.wait = r->state.wait_context();
     r->inputs.system_scope = rt != nullptr;
   }
@@ -369,27 +392,10 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool
                     r->state.epoch_view(), r->state.wait_context());
 }
 
-// A 2D copy (rows of `width` bytes at the given pitches) as one operation of a copy batch, marked for the copy
-// engines: the attention kernel it overlaps holds every SM, so a copy the driver ran as a kernel would wait for it.
-cudaMemcpy3DBatchOp copy_engine_op(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
-                                   std::size_t rows) {
-  cudaMemcpy3DBatchOp op{};
-  op.src.type = cudaMemcpyOperandTypePointer;
-  op.src.op.ptr.ptr = const_cast<void*>(src);
-  op.src.op.ptr.rowLength = src_pitch;  // elements of one byte
-  op.dst.type = cudaMemcpyOperandTypePointer;
-  op.dst.op.ptr.ptr = dst;
-  op.dst.op.ptr.rowLength = dst_pitch;
-  op.extent = make_cudaExtent(width, rows, 1);
-  op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  op.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-  return op;
-}
-
 // Every held rank's Q, K, V rows -> every rank's inbox, chunk by chunk on the copy engines (one stream per
-// receiving rank), each chunk's three copies (one batch) followed by its arrival flag (4 bytes from the pushing
-// rank's push word, a batch of its own: stream order makes the rows complete before the flag is written). Chunks
-// go from the last rows of the sequence to the first, the order the kernel's tiles and key/value loops need them.
+// receiving rank), each chunk's three 2D copies followed by its arrival flag (a stream write: ordered after the
+// copies, with a memory barrier, so the rows are there before the flag says so). Chunks go from the last rows of
+// the sequence to the first, the order the kernel's tiles and key/value loops need them.
 void UlyssesAttention::enqueue_pushes(const std::vector<UlyssesViews>& views) {
   const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
                      d = shape_.head_dim;
@@ -402,16 +408,12 @@ void UlyssesAttention::enqueue_pushes(const std::vector<UlyssesViews>& views) {
     const std::int64_t rows = c.rows_of(chunk), first = c.first_row(j, chunk);  // first: a sequence row
     char* inbox = src.inbox_of[dst_rank];
     const void* from[3] = {views[src_i].q, views[src_i].k, views[src_i].v};
-    cudaMemcpy3DBatchOp rows_op[3];
     for (int t = 0; t < 3; ++t) {
       const char* s0 = static_cast<const char*>(from[t]) + ((b * Ms + (first - j * Ms)) * H + dst_rank * Hp) * d * 2;
       char* d0 = inbox + t * head_sharded + (b * M + first) * width;
-      rows_op[t] = copy_engine_op(d0, width, s0, src_pitch, width, rows);
+      XSTAGE_CUDA_CHECK(cudaMemcpy2DAsync(d0, width, s0, src_pitch, width, rows, cudaMemcpyDeviceToDevice, st));
     }
-    XSTAGE_CUDA_CHECK(cudaMemcpy3DBatchAsync(3, rows_op, 0, st));
-    char* flag = inbox + 3 * head_sharded + (b * c.per_batch() + j * c.per_source + chunk) * 4;
-    cudaMemcpy3DBatchOp flag_op = copy_engine_op(flag, 4, src.push_word, 4, 4, 1);
-    XSTAGE_CUDA_CHECK(cudaMemcpy3DBatchAsync(1, &flag_op, 0, st));
+    write_flag(st, reinterpret_cast<std::uint32_t*>(inbox + 3 * head_sharded) + b * c.per_batch() + j * c.per_source + chunk);
     if (dst_rank != j) pushed_remote_bytes_ += 3 * rows * width;
   };
   for (std::size_t i = 0; i < ranks_.size(); ++i)
@@ -434,21 +436,20 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
   poll();
   StartOfCall start;
   start.held = static_cast<int>(ranks_.size());
-  for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    start.calls_done[i] = ranks_[i]->state.epoch_view().calls_done;
-    start.push_word[i] = ranks_[i]->push_word;
-  }
+  start.flags_per_rank = shape_.batch * chunks_.per_batch();
+  for (std::size_t i = 0; i < ranks_.size(); ++i) start.flags[i] = const_cast<std::uint32_t*>(ranks_[i]->inputs.flags);
   if (rt_) {
     Rank& me = *ranks_[0];
     const std::ptrdiff_t start_offset = reinterpret_cast<char*>(me.start_flags) - me.inbox;
     start.barrier = true;
+    start.calls_done = me.state.epoch_view().calls_done;
     start.ranks.local_flags = me.start_flags;
     for (int p = 0; p < shape_.ranks; ++p) start.ranks.peer_flags[p] = reinterpret_cast<std::uint32_t*>(me.inbox_of[p] + start_offset);
     start.ranks.wait = me.state.wait_context();
     start.ranks.rank = me.rank;
     start.ranks.world = shape_.ranks;
   }
-  launch_kernel(start_of_call_kernel, 1, 1, 0, stream, start);
+  launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, stream, start);
   XSTAGE_CUDA_CHECK(cudaEventRecord(copies_->fork, stream));
   for (cudaStream_t st : copies_->streams) XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(st, copies_->fork, 0));
   enqueue_pushes(views);

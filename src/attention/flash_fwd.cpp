@@ -120,6 +120,9 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
                        " rows per source) do not cover the layer's shards of " + std::to_string(s.shard_rows()) + " rows in at most " +
                        std::to_string(kMaxInputChunksPerBatch) + " chunks per batch");
     XSTAGE_REQUIRE(inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
+    XSTAGE_REQUIRE(inputs.target >= 1 && inputs.reserved_sms >= 0 && inputs.reserved_sms < current_device_facts().sm_count,
+                   "fused Ulysses: the pusher reserves " + std::to_string(inputs.reserved_sms) + " SMs of " +
+                       std::to_string(current_device_facts().sm_count));
   }
   const int num_sms = current_device_facts().sm_count;
   switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {

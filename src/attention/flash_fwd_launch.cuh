@@ -17,7 +17,7 @@
 namespace xstage::attention::detail {
 
 // `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). With `inputs` set (inputs
-// that arrive while the kernel runs) the tiles go in arrival order instead.
+// that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the inputs' pusher leaves.
 template <class Kernel>
 void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
                              int num_sms, cudaStream_t stream, InputArrivals const& inputs = {}) {
@@ -34,7 +34,7 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   static SharedMemoryOptIn opt_in;
   opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
 
-  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
+  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms - inputs.reserved_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
 }
 

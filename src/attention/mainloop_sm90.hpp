@@ -146,8 +146,8 @@ struct MainloopSm90 {
       if ((w.arrived >> i) & 1u) continue;
       const std::uint32_t* flag = in.flags + b * in.chunks.per_batch() + i;
       const int index = b * in.chunks.per_batch() + i, what = static_cast<int>(UlyssesWait::inputs);
-      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, 1u, what, index);
-      else comm::wait_counter<false>(in.wait, flag, 1u, what, index);
+      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target, what, index);
+      else comm::wait_counter<false>(in.wait, flag, in.target, what, index);
       w.arrived |= std::uint64_t{1} << i;
       waited = true;
     }

@@ -70,6 +70,7 @@ struct UlyssesArgs {
   int replays = 10;       // bench: calls per CUDA graph replay
   double warmup_ms = 1000;
   double device_timeout_s = 10;
+  int push_ctas = attention::UlyssesOptions{}.push_ctas;
   std::string platform;
   std::string out;
 };
@@ -176,6 +177,7 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
 
   attention::UlyssesOptions opt;
   opt.timeout_s = args.device_timeout_s;
+  opt.push_ctas = args.push_ctas;
   HeldRanks h;
   h.layer = rt ? std::make_unique<UlyssesAttention>(s, *rt, opt) : std::make_unique<UlyssesAttention>(s, opt);
   for (int i = 0; i < h.layer->held_ranks(); ++i) {
@@ -413,6 +415,7 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         attention::validate(s);
         attention::UlyssesOptions opt;
         opt.timeout_s = args.device_timeout_s;
+        opt.push_ctas = args.push_ctas;
         auto make_layer = [&](A2AStorePath store) {
           attention::UlyssesOptions o = opt;
           o.store_path = store;
@@ -568,6 +571,8 @@ void add_ulysses_command(CLI::App& attention) {
     add_integer(cmd, "--gpus", args->gpus, 1, 1024, "local GPUs (ranks) to use (default: all visible)");
     add_list(cmd, "--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)");
     add_number(cmd, "--device-timeout-s", args->device_timeout_s, 1e-3, 86400, "bound of every device-side wait (default 10 s)");
+    add_integer(cmd, "--push-ctas", args->push_ctas, 1, 16,
+                "fused_both: SMs of the pusher (the attention kernel runs on the others; default " + std::to_string(args->push_ctas) + ")");
     add_path(cmd, "--out", args->out, "write the results as JSON to this file");
     add_integer(cmd, "--virtual-ranks", args->virtual_ranks, 1, attention::kMaxUlyssesRanks,
                 "hold P ranks in this process on one GPU instead (1 to " + std::to_string(attention::kMaxUlyssesRanks) + ")");

@@ -161,5 +161,42 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
     }
 }
 
+// fused_both's pusher: every (receiver, batch, source, chunk) it owes exactly once, in the order the receivers'
+// kernels need them (virtual ranks: receiver by receiver, each from the sequence's last chunk; real ranks: its own
+// chunks from the last, every receiver in turn), and the bytes it moves to other ranks are the all-to-all's.
+TEST(UlyssesLayout, PushOrderOwesEveryChunkOnceInNeededOrder) {
+  for (int P : {1, 2, 4, 8})
+    for (int B : {1, 3})
+      for (int Ms : {37, 1000, 4096}) {
+        const UlyssesShape s{B, Ms * P, 2 * P, 64, P};
+        const InputChunks c = make_input_chunks(s);
+        for (int source = -1; source < P; ++source) {
+          const PushOrder order{s, c, source};
+          std::set<std::tuple<int, int, int, int>> seen;
+          std::int64_t remote_rows = 0;
+          for (int i = 0; i < order.items(); ++i) {
+            const PushItem it = order.item(i);
+            ASSERT_TRUE(seen.insert({it.receiver, it.batch, it.source, it.chunk}).second) << "item " << i;
+            ASSERT_GE(it.chunk, 0);
+            ASSERT_LT(it.chunk, c.per_source);
+            if (source >= 0) ASSERT_EQ(it.source, source);
+            if (it.receiver != it.source) remote_rows += c.rows_of(it.chunk);
+            if (i == 0) continue;
+            const PushItem prev = order.item(i - 1);
+            if (source < 0) {
+              ASSERT_LE(prev.receiver, it.receiver);
+              if (prev.receiver == it.receiver && prev.batch == it.batch)  // from the sequence's end to its start
+                ASSERT_GT(c.first_row(prev.source, prev.chunk), c.first_row(it.source, it.chunk));
+            } else if (prev.batch == it.batch) {
+              ASSERT_GE(prev.chunk, it.chunk);
+            }
+          }
+          const int sources = source < 0 ? P : 1;
+          EXPECT_EQ(static_cast<int>(seen.size()), sources * P * B * c.per_source);
+          EXPECT_EQ(remote_rows, static_cast<std::int64_t>(sources) * (P - 1) * B * Ms);  // the all-to-all: (P-1)/P of every shard
+        }
+      }
+}
+
 }  // namespace
 }  // namespace xstage::attention

@@ -34,14 +34,16 @@ struct AllToAllDestinations {
   bool wait_for_arrivals = true;  // false for virtual ranks (a separate kernel waits)
 };
 
-// The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] is 0
-// until chunk i's rows have arrived and 1 after (the pushing rank's stream writes it after the chunk's copies; the
-// start of every call resets them). flags == nullptr: every input is there already (every other path).
+// The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] counts
+// the pusher CTAs that have written their share of chunk i (the start of every call resets them); the chunk is there
+// at `target`. flags == nullptr: every input is there already (every other path).
 struct InputArrivals {
   const std::uint32_t* flags = nullptr;  // [B][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;
   comm::WaitContext wait;
-  bool system_scope = false;  // written by peers' copy engines (real ranks): acquire at system scope
+  std::uint32_t target = 1;   // the pusher's CTAs
+  int reserved_sms = 0;       // SMs the attention kernel leaves to the pusher: it runs on the others
+  bool system_scope = false;  // written by peers (real ranks): acquire at system scope
 };
 
 }  // namespace xstage::attention

@@ -1,6 +1,5 @@
 #include "attention/ulysses/layer.hpp"
 
-#include <cuda.h>
 #include <nccl.h>
 
 #include <string>
@@ -13,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/nccl_check.hpp"
+#include "comm/device/ptx.cuh"
 #include "comm/signal_barrier.cuh"
 
 namespace xstage::attention {
@@ -83,24 +83,69 @@ __global__ void start_of_call_kernel(StartOfCall s) {
   }
 }
 
-// cuStreamWriteValue32 (a stream memory operation: the GPU's front end writes the word once the stream's earlier
-// work is complete and visible, no SM involved), through the runtime's driver entry point.
-using StreamWriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-StreamWriteValue32 stream_write_value32() {
-  static const StreamWriteValue32 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    XSTAGE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr)
-      throw PlatformError("Ulysses attention (fused_both): the CUDA driver has no cuStreamWriteValue32");
-    return reinterpret_cast<StreamWriteValue32>(f);
-  }();
-  return fn;
-}
+// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items;
+// every CTA copies every item's rows i, i + G, i + 2G, ... (Q, K and V, 16-byte pieces), then, once all its threads'
+// stores are fenced, adds 1 to the item's arrival flag at its receiver: the chunk is there at G.
+struct Pusher {
+  PushOrder order;
+  const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
+  const std::uint8_t* k[kMaxUlyssesRanks] = {};
+  const std::uint8_t* v[kMaxUlyssesRanks] = {};
+  std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d] then its flags
+  std::int64_t head_sharded_bytes = 0;           // one of the three
+  bool remote = false;                           // real ranks: receivers' inboxes are peers' (system-scope release)
+};
 
-void write_flag(cudaStream_t stream, std::uint32_t* flag) {
-  const CUresult r = stream_write_value32()(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), 1u, 0u);
-  if (r != CUDA_SUCCESS) throw PlatformError("Ulysses attention (fused_both): cuStreamWriteValue32 failed with CUresult " + std::to_string(r));
+constexpr int kPushThreads = 512;
+constexpr int kPushUnroll = 4;
+
+__global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
+  const UlyssesShape& s = p.order.shape;
+  const InputChunks& c = p.order.chunks;
+  const std::int64_t Ms = s.shard_rows(), M = s.seqlen, H = s.heads, Hp = s.local_heads();
+  const int width = static_cast<int>(Hp * s.head_dim * 2 / 16);  // 16-byte pieces of one row's slice
+  const std::int64_t src_row = H * s.head_dim * 2 / 16;           // pieces between rows of an input
+  for (int i = 0; i < p.order.items(); ++i) {
+    const PushItem it = p.order.item(i);
+    const int rows = c.rows_of(it.chunk);
+    const std::int64_t first = c.first_row(it.source, it.chunk);
+    const int per_tensor = rows * width, pieces = 3 * per_tensor;  // < 2^31: validate() bounds the shape
+    const uint4* from[3] = {reinterpret_cast<const uint4*>(p.q[it.source]), reinterpret_cast<const uint4*>(p.k[it.source]),
+                            reinterpret_cast<const uint4*>(p.v[it.source])};
+    uint4* to = reinterpret_cast<uint4*>(p.inbox[it.receiver]);
+    const std::int64_t src_base = (it.batch * Ms + (first - it.source * Ms)) * src_row + it.receiver * width;
+    const std::int64_t dst_base = (it.batch * M + first) * width;
+    const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
+    const int step = static_cast<int>(gridDim.x * blockDim.x);
+    for (int x0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); x0 < pieces; x0 += step * kPushUnroll) {
+      uint4 v[kPushUnroll];
+      std::int64_t dst[kPushUnroll];
+#pragma unroll
+      for (int u = 0; u < kPushUnroll; ++u) {
+        const int x = x0 + u * step;
+        if (x < pieces) {
+          const int t = x / per_tensor, in_tensor = x - t * per_tensor;
+          const int r = in_tensor / width, piece = in_tensor - r * width;
+          v[u] = from[t][src_base + r * src_row + piece];
+          dst[u] = t * tensor_stride + dst_base + static_cast<std::int64_t>(r) * width + piece;
+        } else {
+          dst[u] = -1;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kPushUnroll; ++u)
+        if (dst[u] >= 0) to[dst[u]] = v[u];
+    }
+    if (p.remote) __threadfence_system();
+    else __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      std::uint32_t* flag = reinterpret_cast<std::uint32_t*>(p.inbox[it.receiver] + 3 * p.head_sharded_bytes) +
+                            it.batch * c.per_batch() + it.source * c.per_source + it.chunk;
+      if (p.remote) comm::red_release_sys_add(flag, 1u);
+      else comm::red_release_gpu_add(flag, 1u);
+    }
+  }
 }
 
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s) {
@@ -131,25 +176,22 @@ UlyssesPath ulysses_path_from_name(const std::string& name) {
   throw InputError("unknown Ulysses path '" + name + "' (choose from serial, fused_post, fused_both)");
 }
 
-// One stream per destination rank for fused_both's pushes, forked from and joined back into the caller's stream.
-struct UlyssesAttention::CopyStreams {
-  std::vector<cudaStream_t> streams;
-  std::vector<cudaEvent_t> joins;
-  cudaEvent_t fork{};
-  explicit CopyStreams(int n) : streams(n), joins(n) {
+// The stream fused_both's pusher runs on, forked from and joined back into the caller's stream.
+struct UlyssesAttention::SideStream {
+  cudaStream_t stream{};
+  cudaEvent_t fork{}, join{};
+  SideStream() {
+    XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     XSTAGE_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    for (int i = 0; i < n; ++i) {
-      XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-      XSTAGE_CUDA_CHECK(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
-    }
+    XSTAGE_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   }
-  ~CopyStreams() {
-    for (cudaStream_t s : streams) cudaStreamDestroy(s);
-    for (cudaEvent_t e : joins) cudaEventDestroy(e);
+  ~SideStream() {
+    cudaStreamDestroy(stream);
     cudaEventDestroy(fork);
+    cudaEventDestroy(join);
   }
-  CopyStreams(const CopyStreams&) = delete;
-  CopyStreams& operator=(const CopyStreams&) = delete;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
 };
 
 void validate(const UlyssesShape& s) {
@@ -162,6 +204,12 @@ void validate(const UlyssesShape& s) {
   XSTAGE_REQUIRE(s.heads % s.ranks == 0, what + ": H must be a multiple of P (each rank attends to H/P whole heads)");
   XSTAGE_REQUIRE(s.seqlen % s.ranks == 0,
                  what + ": M must be a multiple of P (each rank holds M/P rows; pad the sequence to a multiple of P)");
+}
+
+void validate(const UlyssesOptions& o) {
+  XSTAGE_REQUIRE(o.push_ctas >= 1 && o.push_ctas <= 16, "Ulysses attention: push_ctas is " + std::to_string(o.push_ctas) +
+                                                            "; the pusher takes 1 to 16 SMs");
+  XSTAGE_REQUIRE(o.timeout_s > 0, "Ulysses attention: the device timeout must be > 0 s");
 }
 
 struct UlyssesAttention::Rank {
@@ -195,6 +243,7 @@ struct UlyssesAttention::Rank {
 UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, comm::Runtime& rt, const UlyssesOptions& options)
     : shape_(shape), opt_(options), rt_(&rt) {
   validate(shape_);
+  validate(opt_);
   XSTAGE_REQUIRE(rt.world_size() == shape_.ranks, "Ulysses attention: the layer has P = " + std::to_string(shape_.ranks) +
                                                       " ranks but the job has " + std::to_string(rt.world_size()));
   XSTAGE_REQUIRE(rt.lsa_size() >= shape_.ranks, "Ulysses attention: every rank must reach every other by NVLink loads/stores");
@@ -203,6 +252,7 @@ UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, comm::Runtime& rt,
 
 UlyssesAttention::UlyssesAttention(const UlyssesShape& shape, const UlyssesOptions& options) : shape_(shape), opt_(options) {
   validate(shape_);
+  validate(opt_);
   allocate(nullptr);
 }
 
@@ -276,9 +326,11 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     r->inputs.flags = reinterpret_cast<const std::uint32_t*>(r->inbox + 3 * head_sharded);
     r->inputs.chunks = chunks_;
     r->inputs.wait = r->state.wait_context();
+    r->inputs.target = static_cast<std::uint32_t>(opt_.push_ctas);
+    r->inputs.reserved_sms = opt_.push_ctas;
     r->inputs.system_scope = rt != nullptr;
   }
-  copies_ = std::make_unique<CopyStreams>(shape_.ranks);
+  side_ = std::make_unique<SideStream>();
   XSTAGE_CUDA_CHECK(cudaDeviceSynchronize());
   if (rt) rt->barrier();  // every window and flag zeroed before any rank's first call
 }
@@ -392,42 +444,32 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool
                     r->state.epoch_view(), r->state.wait_context());
 }
 
-// Every held rank's Q, K, V rows -> every rank's inbox, chunk by chunk on the copy engines (one stream per
-// receiving rank), each chunk's three 2D copies followed by its arrival flag (a stream write: ordered after the
-// copies, with a memory barrier, so the rows are there before the flag says so). Chunks go from the last rows of
-// the sequence to the first, the order the kernel's tiles and key/value loops need them.
-void UlyssesAttention::enqueue_pushes(const std::vector<UlyssesViews>& views) {
-  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
-                     d = shape_.head_dim;
-  const std::int64_t head_sharded = B * M * Hp * d * 2, src_pitch = H * d * 2, width = Hp * d * 2;
-  const InputChunks& c = chunks_;
-  pushed_remote_bytes_ = 0;
-  auto push = [&](int src_i, int dst_rank, std::int64_t b, int chunk, cudaStream_t st) {
-    const Rank& src = *ranks_[src_i];
-    const int j = src.rank;
-    const std::int64_t rows = c.rows_of(chunk), first = c.first_row(j, chunk);  // first: a sequence row
-    char* inbox = src.inbox_of[dst_rank];
-    const void* from[3] = {views[src_i].q, views[src_i].k, views[src_i].v};
-    for (int t = 0; t < 3; ++t) {
-      const char* s0 = static_cast<const char*>(from[t]) + ((b * Ms + (first - j * Ms)) * H + dst_rank * Hp) * d * 2;
-      char* d0 = inbox + t * head_sharded + (b * M + first) * width;
-      XSTAGE_CUDA_CHECK(cudaMemcpy2DAsync(d0, width, s0, src_pitch, width, rows, cudaMemcpyDeviceToDevice, st));
-    }
-    write_flag(st, reinterpret_cast<std::uint32_t*>(inbox + 3 * head_sharded) + b * c.per_batch() + j * c.per_source + chunk);
-    if (dst_rank != j) pushed_remote_bytes_ += 3 * rows * width;
-  };
-  for (std::size_t i = 0; i < ranks_.size(); ++i)
-    for (const void* x : {views[i].q, views[i].k, views[i].v}) XSTAGE_REQUIRE(x != nullptr, "Ulysses attention: Q, K and V must not be null");
-  for (int r = 0; r < shape_.ranks; ++r) {
-    cudaStream_t st = copies_->streams[r];
-    for (std::int64_t b = 0; b < B; ++b) {
-      if (rt_) {  // this rank's chunks for rank r, last first
-        for (int chunk = c.per_source - 1; chunk >= 0; --chunk) push(0, r, b, chunk, st);
-      } else {  // every rank's chunks for rank r, in the order of the sequence from its end
-        for (int g = c.per_batch() - 1; g >= 0; --g) push(g / c.per_source, r, b, g % c.per_source, st);
-      }
-    }
+// The pusher of every held rank, one kernel on `stream` (ulysses/layout.hpp's PushOrder has the order).
+void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  Pusher p;
+  p.order = PushOrder{shape_, chunks_, rt_ ? ranks_[0]->rank : -1};
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    XSTAGE_REQUIRE(views[i].q != nullptr && views[i].k != nullptr && views[i].v != nullptr, "Ulysses attention: Q, K and V must not be null");
+    const int j = ranks_[i]->rank;
+    p.q[j] = static_cast<const std::uint8_t*>(views[i].q);
+    p.k[j] = static_cast<const std::uint8_t*>(views[i].k);
+    p.v[j] = static_cast<const std::uint8_t*>(views[i].v);
   }
+  for (int r = 0; r < shape_.ranks; ++r) p.inbox[r] = reinterpret_cast<std::uint8_t*>(ranks_[0]->inbox_of[r]);
+  p.head_sharded_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.seqlen * shape_.local_heads() * shape_.head_dim * 2;
+  p.remote = rt_ != nullptr;
+  launch_kernel(pusher_kernel, opt_.push_ctas, kPushThreads, 0, stream, p);
+}
+
+std::int64_t UlyssesAttention::pushed_remote_bytes() const {
+  const PushOrder order{shape_, chunks_, rt_ ? ranks_[0]->rank : -1};
+  const std::int64_t row = static_cast<std::int64_t>(shape_.local_heads()) * shape_.head_dim * 2;
+  std::int64_t bytes = 0;
+  for (int i = 0; i < order.items(); ++i) {
+    const PushItem it = order.item(i);
+    if (it.receiver != it.source) bytes += 3 * chunks_.rows_of(it.chunk) * row;
+  }
+  return bytes;
 }
 
 void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
@@ -450,14 +492,12 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
     start.ranks.world = shape_.ranks;
   }
   launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, stream, start);
-  XSTAGE_CUDA_CHECK(cudaEventRecord(copies_->fork, stream));
-  for (cudaStream_t st : copies_->streams) XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(st, copies_->fork, 0));
-  enqueue_pushes(views);
+  XSTAGE_CUDA_CHECK(cudaEventRecord(side_->fork, stream));
+  XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork, 0));
+  enqueue_pusher(views, side_->stream);
   enqueue_attention_fused_kernels(stream, true);
-  for (std::size_t i = 0; i < copies_->streams.size(); ++i) {
-    XSTAGE_CUDA_CHECK(cudaEventRecord(copies_->joins[i], copies_->streams[i]));
-    XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, copies_->joins[i], 0));
-  }
+  XSTAGE_CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
+  XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, side_->join, 0));
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {

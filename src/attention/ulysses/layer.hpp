@@ -6,12 +6,13 @@
 //   fused_post  pre-attention all-to-all, then the attention kernel with the all-to-all in its epilogue
 //               (epilogue_all_to_all.hpp): each output tile goes straight into its owner's output window;
 //               then each rank copies this call's half of its window out (the paper's design);
-//   fused_both  the pre-attention all-to-all hidden too: each rank's copy engines push its Q, K, V rows, chunk
-//               by chunk (InputChunks), straight from its inputs into every rank's head-sharded inbox, each chunk
-//               followed by its arrival flag, while the attention kernel (fused_post's) runs and waits per chunk
-//               before it loads rows; tiles walk from the last rows, where the pushes begin. The copy engines
-//               take no SM, so the pushes overlap the attention of the same call. A start-of-call barrier (real
-//               ranks) makes sure no rank pushes into an inbox its owner is still reading.
+//   fused_both  the pre-attention all-to-all hidden too: a pusher kernel on a few SMs of its own (push_ctas)
+//               copies each rank's Q, K, V rows, chunk by chunk (InputChunks, PushOrder), straight from its inputs
+//               into every rank's head-sharded inbox (remote stores with real ranks), counting each chunk on its
+//               arrival flag, while the attention kernel (fused_post's) runs on the other SMs and waits per chunk
+//               before it loads rows; tiles walk from the last rows, where the pushes begin. A start-of-call
+//               kernel resets the flags and, with real ranks, runs a barrier, so that no rank pushes into an inbox
+//               its owner is still reading.
 //
 // The ranks a process holds: one, with an NCCL communicator and symmetric windows (comm::Runtime; the
 // exchange is ncclAlltoAll, the epilogue's destinations LSA pointers), or all P on one GPU ("virtual ranks":
@@ -46,6 +47,7 @@ inline constexpr UlyssesPath kUlyssesPaths[] = {UlyssesPath::serial, UlyssesPath
 struct UlyssesOptions {
   A2AStorePath store_path = A2AStorePath::tma;  // the fused epilogue's
   double timeout_s = 10.0;                       // every device-side wait
+  int push_ctas = 2;                             // fused_both: the pusher's CTAs (SMs the attention kernel leaves it)
 };
 
 // One rank's operands, views of caller memory: bf16 [B][M/P][H][d], densely packed.
@@ -58,6 +60,8 @@ struct UlyssesViews {
 
 // Throws InputError naming the problem: M and H must divide by P, head_dim 64 or 128, 1 <= P <= 8.
 void validate(const UlyssesShape& shape);
+// Throws InputError naming the option: push_ctas 1 to 16, timeout > 0.
+void validate(const UlyssesOptions& options);
 
 class UlyssesAttention {
  public:
@@ -84,14 +88,14 @@ class UlyssesAttention {
   void enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // local O -> out
   void enqueue_attention_fused(cudaStream_t stream);   // head-sharded -> the owners' windows, completion waited for
   void enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // this call's window half -> out
-  // fused_both without the copy-out: the start of the call, the pushes of every held rank's inputs on the copy
-  // streams and the gated fused attention, joined back into `stream`.
+  // fused_both without the copy-out: the start of the call, the pusher on a side stream forked from and joined back
+  // into `stream`, and the gated fused attention.
   void enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream);
 
-  // The input chunks of fused_both, and the bytes the held ranks' copy engines pushed to other ranks in the last
-  // fused_both call enqueued (counted as the copies are enqueued: the pre-attention all-to-all's volume).
+  // The input chunks of fused_both, and the bytes its pusher moves from the held ranks to other ranks per call (its
+  // work list summed: the pre-attention all-to-all's volume).
   const InputChunks& input_chunks() const { return chunks_; }
-  std::int64_t pushed_remote_bytes() const { return pushed_remote_bytes_; }
+  std::int64_t pushed_remote_bytes() const;
 
   // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
   void poll() const;
@@ -100,10 +104,10 @@ class UlyssesAttention {
 
  private:
   struct Rank;
-  struct CopyStreams;
+  struct SideStream;
   void allocate(comm::Runtime* rt);
   void enqueue_attention_fused_kernels(cudaStream_t stream, bool gated);
-  void enqueue_pushes(const std::vector<UlyssesViews>& views);
+  void enqueue_pusher(const std::vector<UlyssesViews>& views, cudaStream_t stream);
   void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
                 cudaStream_t stream);
 
@@ -112,8 +116,7 @@ class UlyssesAttention {
   comm::Runtime* rt_ = nullptr;  // null: virtual ranks
   std::vector<std::unique_ptr<Rank>> ranks_;
   InputChunks chunks_;
-  std::unique_ptr<CopyStreams> copies_;
-  std::int64_t pushed_remote_bytes_ = 0;
+  std::unique_ptr<SideStream> side_;
 };
 
 }  // namespace xstage::attention

@@ -61,8 +61,8 @@ XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSe
 // rows of one batch are cut into `per_source` chunks of `rows` rows (its last one may be shorter). Chunk c of
 // source j covers the sequence rows [j·Ms + c·rows, min(j·Ms + (c+1)·rows, (j+1)·Ms)); its Q, K and V rows
 // arrive together and then its arrival flag, flags[b · per_batch() + j · per_source + c], so the attention
-// kernel waits per chunk (a few per source), not per tile. At most 64 chunks per batch: the kernel's producer
-// keeps one bit per chunk it has seen arrive.
+// kernel waits per chunk, not per tile. At most 64 chunks per batch: the kernel's producer keeps one bit per
+// chunk it has seen arrive.
 struct InputChunks {
   int shard_rows = 1;  // Ms
   int ranks = 1;       // P
@@ -90,9 +90,9 @@ struct InputChunks {
 };
 
 inline constexpr int kMaxInputChunksPerBatch = 64;
-// About `target` chunks per batch in all (a first chunk small enough that attention starts soon, few enough
-// that the copies' per-operation cost stays small), at least one per source, at most 64 per batch.
-XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int target = 16) {
+// About `target` chunks per batch in all (the first chunk, which every tile of the first wave waits for, as
+// small as the producer's 64 bits allow), at least one per source.
+XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int target = 64) {
   const int Ms = s.shard_rows(), P = s.ranks;
   int per_source = (target + P - 1) / P;
   if (per_source > kMaxInputChunksPerBatch / P) per_source = kMaxInputChunksPerBatch / P;
@@ -101,6 +101,36 @@ XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int tar
   const int rows = (Ms + per_source - 1) / per_source;
   return InputChunks{Ms, P, rows, (Ms + rows - 1) / rows};
 }
+
+// The pusher's work (fused_both): one item is one chunk of one source for one receiver, its Q, K and V rows.
+// Items go in the order the receivers' kernels need them: with virtual ranks (every rank's inputs in this process,
+// the ranks' kernels one after another) receiver by receiver, each from the sequence's last chunk to its first;
+// with real ranks (this process pushes its own rows) chunk by chunk from its last, to every receiver in turn.
+struct PushItem {
+  int receiver = 0;
+  int batch = 0;
+  int source = 0;
+  int chunk = 0;  // of the source's chunks
+};
+
+struct PushOrder {
+  UlyssesShape shape;
+  InputChunks chunks;
+  int source = -1;  // real ranks: this rank; -1: virtual ranks (every rank is a source)
+
+  XSTAGE_HD constexpr int items() const {
+    return source < 0 ? shape.ranks * shape.batch * chunks.per_batch() : shape.batch * chunks.per_source * shape.ranks;
+  }
+  XSTAGE_HD constexpr PushItem item(int i) const {
+    if (source < 0) {
+      const int per_receiver = shape.batch * chunks.per_batch(), rest = i % per_receiver;
+      const int g = chunks.per_batch() - 1 - rest % chunks.per_batch();
+      return {i / per_receiver, rest / chunks.per_batch(), g / chunks.per_source, g % chunks.per_source};
+    }
+    const int per_batch = chunks.per_source * shape.ranks, rest = i % per_batch;
+    return {(source + 1 + rest % shape.ranks) % shape.ranks, i / per_batch, source, chunks.per_source - 1 - rest / shape.ranks};
+  }
+};
 
 // Tile order for the fused epilogue (tile_scheduler.hpp's m_block_stride): consecutive tiles on m-blocks
 // `stride` apart, so the CTAs working at one moment store to every rank rather than all to one or two

@@ -83,9 +83,12 @@ __global__ void start_of_call_kernel(StartOfCall s) {
   }
 }
 
-// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items;
-// every CTA copies every item's rows i, i + G, i + 2G, ... (Q, K and V, 16-byte pieces), then, once all its threads'
-// stores are fenced, adds 1 to the item's arrival flag at its receiver: the chunk is there at G.
+// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items.
+// An item's rows (Q, K, V: rows of Hp·d·2 contiguous bytes at an input's row pitch) go in groups of whole rows, one
+// group per warp at a time, 16-byte loads and stores, kPushUnroll loads in flight per lane (remote stores through
+// LSA pointers with real ranks). After its share of an item every thread fences, and the CTA adds 1 to the item's
+// arrival flag: the chunk is there at G. (A TMA-bulk version, one thread per CTA with four 48 KB stages, measured
+// 1.1-1.4x slower on one H200: docs/ATTENTION.md.)
 struct Pusher {
   PushOrder order;
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
@@ -93,11 +96,10 @@ struct Pusher {
   const std::uint8_t* v[kMaxUlyssesRanks] = {};
   std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d] then its flags
   std::int64_t head_sharded_bytes = 0;           // one of the three
-  bool remote = false;                           // real ranks: receivers' inboxes are peers' (system-scope release)
 };
 
-constexpr int kPushThreads = 512;
-constexpr int kPushUnroll = 4;
+constexpr int kPushThreads = 1024;
+constexpr int kPushUnroll = 8;  // 16-byte loads in flight per thread: 128 KB per CTA
 
 __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const UlyssesShape& s = p.order.shape;
@@ -105,45 +107,46 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const std::int64_t Ms = s.shard_rows(), M = s.seqlen, H = s.heads, Hp = s.local_heads();
   const int width = static_cast<int>(Hp * s.head_dim * 2 / 16);  // 16-byte pieces of one row's slice
   const std::int64_t src_row = H * s.head_dim * 2 / 16;           // pieces between rows of an input
+  const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
+  const int warps = static_cast<int>(gridDim.x * blockDim.x / 32), warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // A warp's group of rows holds at least 32·kPushUnroll pieces, so that every lane has kPushUnroll loads in flight.
+  const int group = (32 * kPushUnroll + width - 1) / width;
   for (int i = 0; i < p.order.items(); ++i) {
     const PushItem it = p.order.item(i);
     const int rows = c.rows_of(it.chunk);
     const std::int64_t first = c.first_row(it.source, it.chunk);
-    const int per_tensor = rows * width, pieces = 3 * per_tensor;  // < 2^31: validate() bounds the shape
     const uint4* from[3] = {reinterpret_cast<const uint4*>(p.q[it.source]), reinterpret_cast<const uint4*>(p.k[it.source]),
                             reinterpret_cast<const uint4*>(p.v[it.source])};
     uint4* to = reinterpret_cast<uint4*>(p.inbox[it.receiver]);
     const std::int64_t src_base = (it.batch * Ms + (first - it.source * Ms)) * src_row + it.receiver * width;
     const std::int64_t dst_base = (it.batch * M + first) * width;
-    const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
-    const int step = static_cast<int>(gridDim.x * blockDim.x);
-    for (int x0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); x0 < pieces; x0 += step * kPushUnroll) {
-      uint4 v[kPushUnroll];
-      std::int64_t dst[kPushUnroll];
+    const int groups = (rows + group - 1) / group, units = 3 * groups;
+    for (int u = warp; u < units; u += warps) {
+      const int t = u / groups, r0 = (u - t * groups) * group;
+      const int pieces = min(group, rows - r0) * width;
+      const uint4* src = from[t] + src_base + r0 * src_row;
+      uint4* dst = to + t * tensor_stride + dst_base + static_cast<std::int64_t>(r0) * width;
+      for (int x0 = lane; x0 < pieces; x0 += 32 * kPushUnroll) {
+        uint4 v[kPushUnroll];
 #pragma unroll
-      for (int u = 0; u < kPushUnroll; ++u) {
-        const int x = x0 + u * step;
-        if (x < pieces) {
-          const int t = x / per_tensor, in_tensor = x - t * per_tensor;
-          const int r = in_tensor / width, piece = in_tensor - r * width;
-          v[u] = from[t][src_base + r * src_row + piece];
-          dst[u] = t * tensor_stride + dst_base + static_cast<std::int64_t>(r) * width + piece;
-        } else {
-          dst[u] = -1;
+        for (int k = 0; k < kPushUnroll; ++k) {
+          const int x = x0 + 32 * k, r = x / width;
+          if (x < pieces) v[k] = src[r * src_row + (x - r * width)];
+        }
+#pragma unroll
+        for (int k = 0; k < kPushUnroll; ++k) {
+          const int x = x0 + 32 * k;
+          if (x < pieces) dst[x] = v[k];
         }
       }
-#pragma unroll
-      for (int u = 0; u < kPushUnroll; ++u)
-        if (dst[u] >= 0) to[dst[u]] = v[u];
     }
-    if (p.remote) __threadfence_system();
-    else __threadfence();
+    __threadfence_system();  // this thread's stores of the item, before the flag (at a peer, with real ranks)
     __syncthreads();
     if (threadIdx.x == 0) {
       std::uint32_t* flag = reinterpret_cast<std::uint32_t*>(p.inbox[it.receiver] + 3 * p.head_sharded_bytes) +
                             it.batch * c.per_batch() + it.source * c.per_source + it.chunk;
-      if (p.remote) comm::red_release_sys_add(flag, 1u);
-      else comm::red_release_gpu_add(flag, 1u);
+      comm::red_release_sys_add(flag, 1u);
     }
   }
 }
@@ -457,7 +460,6 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cu
   }
   for (int r = 0; r < shape_.ranks; ++r) p.inbox[r] = reinterpret_cast<std::uint8_t*>(ranks_[0]->inbox_of[r]);
   p.head_sharded_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.seqlen * shape_.local_heads() * shape_.head_dim * 2;
-  p.remote = rt_ != nullptr;
   launch_kernel(pusher_kernel, opt_.push_ctas, kPushThreads, 0, stream, p);
 }
 

@@ -30,11 +30,13 @@ void check_strides(const char* name, const BmhdStrides& s) {
   }
 }
 
-void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) {
+// `why`: what needs the alignment (for the message).
+void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment,
+                   const char* why = "the TMA unit needs 16-byte aligned tensors") {
   XSTAGE_REQUIRE(ptr != nullptr, std::string(name) + " pointer is null");
   if (reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0) return;
   std::ostringstream os;
-  os << name << " pointer " << ptr << " is not " << alignment << "-byte aligned (the TMA unit needs 16-byte aligned tensors)";
+  os << name << " pointer " << ptr << " is not " << alignment << "-byte aligned (" << why << ")";
   throw InputError(os.str());
 }
 
@@ -74,6 +76,9 @@ void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   check_pointer("Q", args.q, 16);
   check_pointer("K", args.k, 16);
   check_pointer("V", args.v, 16);
+  // Its values are the kernel's to clamp (flash_fwd_params.hpp): reading them here would synchronise.
+  if (args.seqlen_k_per_batch != nullptr)
+    check_pointer("per-batch key lengths", args.seqlen_k_per_batch, 4, "int32 values are read as such");
   if (args.tile_config) {
     XSTAGE_REQUIRE(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
                    "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
@@ -87,7 +92,7 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   validate_flash_fwd_inputs(args);
   check_strides("O", args.problem.o);
   check_pointer("O", args.o, 16);
-  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
+  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4, "fp32 values are stored as such");
 }
 
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
@@ -99,6 +104,7 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
   validate_flash_fwd_inputs(args);
   const FlashFwdProblem& p = args.problem;
   const UlyssesShape& s = dst.shape;
+  XSTAGE_REQUIRE(args.seqlen_k_per_batch == nullptr, "fused Ulysses: per-batch key lengths are not supported (every key is attended)");
   XSTAGE_REQUIRE(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks && dst.rank >= 0 && dst.rank < s.ranks,
                  "fused Ulysses: rank " + std::to_string(dst.rank) + " of " + std::to_string(s.ranks) + " ranks (at most " +
                      std::to_string(kMaxUlyssesRanks) + ")");

@@ -53,7 +53,14 @@ struct CheckCase {
   bool cpu_reference;
   Layout layout;
   std::optional<attention::FwdTileConfigId> tile_config;  // default: the launcher's choice
+  std::vector<int32_t> key_lengths;  // per batch (FlashFwdArgs::seqlen_k_per_batch); empty: every key
 };
+
+// The same case with per-sequence key lengths (one per batch; values outside [1, seqlen_k] are clamped).
+CheckCase with_key_lengths(CheckCase c, std::vector<int32_t> lengths) {
+  c.key_lengths = std::move(lengths);
+  return c;
+}
 
 // The same case, forced onto d=64's 192-row configuration (the launcher's pick at check sizes is
 // mostly the 128-row one, and both must be right).
@@ -69,6 +76,7 @@ std::string describe(const CheckCase& c) {
   if (c.layout == Layout::kPackedQkv) os << " qkv-packed";
   if (c.layout == Layout::kPaddedO) os << " O-padded";
   if (c.tile_config) os << " b_m=" << attention::fwd_tile_shape(*c.tile_config).block_m();
+  for (size_t b = 0; b < c.key_lengths.size(); ++b) os << (b ? "," : " Mk_b=") << c.key_lengths[b];
   return os.str();
 }
 
@@ -169,9 +177,15 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
   const int64_t no = extent_elements(p.o, c.batch, c.seqlen_q, c.heads, d);
   const int64_t nlse = int64_t(c.batch) * c.heads * c.seqlen_q;
   const int64_t nref = int64_t(c.batch) * c.seqlen_q * c.heads * d;
-  DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4);
+  DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4), lengths_buf;
   args.problem = p;
   args.tile_config = c.tile_config;
+  if (!c.key_lengths.empty()) {
+    XSTAGE_REQUIRE(int(c.key_lengths.size()) == c.batch, "check case " + describe(c) + ": one key length per batch");
+    lengths_buf = DeviceBuffer(c.key_lengths.size() * sizeof(int32_t));
+    XSTAGE_CUDA_CHECK(cudaMemcpy(lengths_buf.get(), c.key_lengths.data(), lengths_buf.bytes(), cudaMemcpyHostToDevice));
+    args.seqlen_k_per_batch = lengths_buf.get<int32_t>();
+  }
   args.o = o_buf.get();
   args.lse = lse_buf.get<float>();
 
@@ -193,7 +207,8 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
     const auto hk = to_host<uint16_t>(args.k, extent_elements(p.k, c.batch, c.seqlen_k, c.heads, d));
     const auto hv = to_host<uint16_t>(args.v, extent_elements(p.v, c.batch, c.seqlen_k, c.heads, d));
     std::vector<double> o64, lse64;
-    attention::reference_attention_cpu(p, hq.data(), hk.data(), hv.data(), o64, lse64);
+    attention::reference_attention_cpu(p, hq.data(), hk.data(), hv.data(), o64, lse64,
+                                       c.key_lengths.empty() ? nullptr : c.key_lengths.data());
     res.kernel = compare(p, out, lse, o64, lse64);
     // The GPU reference itself against float64.
     double diff2 = 0, ref2 = 0;
@@ -212,7 +227,8 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
 
 std::vector<CheckCase> check_cases(bool quick) {
   if (quick) {  // small enough for compute-sanitizer
-    return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128}};
+    return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128},
+            with_key_lengths({2, 130, 300, 1, 128, 0.f, true}, {1, 129})};
   }
   return {
       // float64 CPU reference
@@ -243,6 +259,16 @@ std::vector<CheckCase> check_cases(bool quick) {
       rows192({1, 300, 5000, 2, 64}),
       rows192({2, 640, 640, 3, 64, 0.f, false, Layout::kPackedQkv}),
       rows192({1, 1025, 1025, 2, 64, 0.f, false, Layout::kPaddedO}),
+      // per-sequence key lengths (a key-padding mask): 1, one past a key block (b_n = 128 or 192), a block
+      // exactly, every key, lengths that differ within the batch, and values the kernel clamps (0, -5, > seqlen_k)
+      with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 193, 300}),
+      with_key_lengths({2, 130, 257, 3, 128, 0.f, true}, {129, 256}),
+      with_key_lengths({3, 100, 300, 2, 128, 0.f, true}, {0, -5, 1000}),
+      with_key_lengths({4, 1000, 2000, 3, 128}, {1, 127, 128, 2000}),
+      with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 191, 385}),
+      with_key_lengths({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}, {500, 777}),
+      rows192(with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 129, 300})),
+      rows192(with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 127, 257})),
   };
 }
 

@@ -131,8 +131,10 @@ void* current_stream(const Tensor& t) {
   return stream;
 }
 
-std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double softmax_scale, bool return_lse) {
+std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double softmax_scale, bool return_lse,
+                                           std::optional<Tensor> key_lengths) {
   const xstage_tensor dq = describe(q), dk = describe(k), dv = describe(v);
+  const std::optional<xstage_tensor> dlengths = key_lengths ? std::optional(describe(*key_lengths)) : std::nullopt;
   // The outputs' shapes come from q's: it must have them (the C ABI checks everything else).
   if (dq.ndim != 4)
     fail(XSTAGE_ERROR_INPUT, "xstage_flash_attention_forward: q must be 4-D [batch, seqlen, heads, head_dim]; got " +
@@ -141,8 +143,9 @@ std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double 
   Tensor out = empty({b, m, h, d}, aoti_torch_dtype_bfloat16(), q);
   Tensor lse = return_lse ? empty({b, h, m}, aoti_torch_dtype_float32(), q) : empty({0}, aoti_torch_dtype_float32(), q);
   const xstage_tensor dout = describe(out), dlse = describe(lse);
-  check(xstage_flash_attention_forward_trusted(&dq, &dk, &dv, &dout, return_lse ? &dlse : nullptr,
-                                               static_cast<float>(softmax_scale), current_stream(q)));
+  check(xstage_flash_attention_forward_key_lengths_trusted(&dq, &dk, &dv, dlengths ? &*dlengths : nullptr, &dout,
+                                                           return_lse ? &dlse : nullptr, static_cast<float>(softmax_scale),
+                                                           current_stream(q)));
   return {out, lse};
 }
 

@@ -159,6 +159,8 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_check_device",
         "xstage_flash_attention_forward",
         "xstage_flash_attention_forward_trusted",
+        "xstage_flash_attention_forward_key_lengths",
+        "xstage_flash_attention_forward_key_lengths_trusted",
         "xstage_comm_unique_id",
         "xstage_comm_create",
         "xstage_comm_info",

@@ -23,7 +23,8 @@ from xstage import _capi, _ops
 BF16 = torch.bfloat16
 CUDA_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 ATTENTION_SCHEMA = (
-    "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse) -> (Tensor, Tensor)"
+    "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse, Tensor? key_lengths=None) "
+    "-> (Tensor, Tensor)"
 )
 
 
@@ -78,7 +79,7 @@ def test_uses_only_the_stable_c_abi(torch_library):
     torch_cpp = [n for n in names if re.match(r"_ZN(K)?(3c10|2at|5torch|6caffe2)", n)]
     assert torch_cpp == []
     assert any(n.startswith("aoti_torch_") for n in names)
-    assert {"xstage_flash_attention_forward_trusted", "xstage_moe_forward_trusted"} <= set(names)
+    assert {"xstage_flash_attention_forward_key_lengths_trusted", "xstage_moe_forward_trusted"} <= set(names)
 
 
 def test_attention_kernel_reaches_the_c_checks(torch_library):

@@ -202,22 +202,24 @@ def _kept_keys(mask: torch.Tensor, batch: int, seqlen_q: int, seqlen_k: int) -> 
             f"but seq_k)"
         )
     mask = mask.reshape(shape[:1] + (1,) * (4 - mask.dim()) + shape[1:]) if mask.dim() > 1 else mask.view(1, 1, 1, -1)
-    if mask.dtype == torch.bool:
-        keep = mask
-    else:
-        keep = mask == 0
-        torch._assert_async(
-            torch.all(keep | (mask <= _MASKED_BIAS)),
-            f"{_WHO}: the additive attn_mask has values other than 0 and <= {_MASKED_BIAS} (a bias on the scores); "
-            f"only key-padding masks are supported",
-        )
-    row = keep[:, :1, :1]
+    first = mask[:, :1, :1]  # the first head's first query: its kept keys are the sequence's
     # Heads and queries that are broadcast (size 1, or stride 0 as expand() makes them) agree by construction.
-    if any(keep.shape[d] > 1 and keep.stride(d) != 0 for d in (1, 2)):
+    per_head_or_query = any(mask.shape[d] > 1 and mask.stride(d) != 0 for d in (1, 2))
+    if mask.dtype == torch.bool:
+        row = first
+        if per_head_or_query:
+            torch._assert_async(
+                torch.all(mask == row),
+                f"{_WHO}: attn_mask (shape {shape}) differs between heads or queries; only key-padding masks (the "
+                f"same kept keys for every query and head of a sequence) are supported",
+            )
+    else:
+        row = first == 0
+        # One check for both: every value 0 where the first row keeps the key, <= the bias where it masks it.
         torch._assert_async(
-            torch.all(keep == row),
-            f"{_WHO}: attn_mask (shape {shape}) differs between heads or queries; only key-padding masks (the same "
-            f"kept keys for every query and head of a sequence) are supported",
+            torch.all(torch.where(row, mask == 0, mask <= _MASKED_BIAS)),
+            f"{_WHO}: the additive attn_mask (shape {shape}) is not a key-padding mask: it has values other than 0 "
+            f"and <= {_MASKED_BIAS} (a bias on the scores), or kept keys that differ between heads or queries",
         )
     return row[:, 0, 0].expand(batch, seqlen_k)
 

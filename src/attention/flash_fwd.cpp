@@ -117,11 +117,11 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
     check_pointer("output window", dst.window[j], 16);
     XSTAGE_REQUIRE(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
   }
-  const int num_sms = current_device_facts().sm_count;
-  switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {
+  const DeviceFacts& device = current_device_facts();
+  switch (args.tile_config.value_or(flash_fwd_tile_config(p, device.sm_count))) {
 #define XSTAGE_FWD_A2A_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                           \
-    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, num_sms, stream);
+    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, device, stream);
     XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_A2A_CASE)
 #undef XSTAGE_FWD_A2A_CASE
   }
@@ -130,12 +130,15 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
 const char* to_string(A2AStorePath path) { return path == A2AStorePath::tma ? "tma" : "st_global"; }
 
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
+  flash_attention_forward(args, current_device_facts(), stream);
+}
+
+void flash_attention_forward(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
   validate_flash_fwd_args(args);
-  const int num_sms = current_device_facts().sm_count;
-  switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, num_sms))) {
+  switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, device.sm_count))) {
 #define XSTAGE_FWD_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                       \
-    return detail::launch_flash_fwd_config<FwdTileConfigId::name>(args, num_sms, stream);
+    return detail::launch_flash_fwd_config<FwdTileConfigId::name>(args, device, stream);
     XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_CASE)
 #undef XSTAGE_FWD_CASE
   }

@@ -16,10 +16,10 @@
 
 namespace xstage::attention::detail {
 
-// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp).
+// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). `device`: the current one.
 template <class Kernel>
 void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
-                             int num_sms, cudaStream_t stream) {
+                             DeviceFacts const& device, cudaStream_t stream) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
 
@@ -29,23 +29,23 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
   static SharedMemoryOptIn opt_in;
-  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
+  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes, device);
 
-  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms);
+  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
 }
 
 template <class Kernel>
-void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
-  launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, num_sms, stream);
+void launch_flash_fwd(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
+  launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, device, stream);
 }
 
 template <FwdTileConfigId kId>
 using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma>;
 
 template <FwdTileConfigId kId>
-void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
-  launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, num_sms, stream);
+void launch_flash_fwd_config(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
+  launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, device, stream);
 }
 
 }  // namespace xstage::attention::detail

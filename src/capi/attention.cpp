@@ -132,7 +132,7 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
     if (args.seqlen_k_per_batch != nullptr) require_device_pointer(args.seqlen_k_per_batch, "key_lengths", device);
     require_stream_on_device(stream, device);
   }
-  attention::flash_attention_forward(args, static_cast<cudaStream_t>(stream));
+  attention::flash_attention_forward(args, device_facts(device), static_cast<cudaStream_t>(stream));  // current: the guard
 }
 
 }  // namespace

@@ -174,11 +174,12 @@ Tensor moe(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w1, Tensor w2,
   const std::optional<xstage_tensor> ds2 = w2_scales ? std::optional(describe(*w2_scales)) : std::nullopt;
 
   // What selects the layer: everything moe.py's layer key holds. Operands of other ranks cannot be read
-  // into a key: they go to Python, whose checks reject them.
-  std::string key;
+  // into a key: they go to Python, whose checks reject them. (The thread's buffer is reused: no allocation.)
+  thread_local std::string key;
+  key.clear();
   const bool keyed = dx.ndim == 2 && dids.ndim == 2 && dw2.ndim == 3;
   if (keyed) {
-    key = group;
+    key += group;
     key.push_back('\0');
     key += schedule;
     key.push_back('\0');

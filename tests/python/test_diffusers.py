@@ -240,6 +240,8 @@ def test_key_padding_masks(mask):
         (torch.tensor([0.0, -1.0, 0.0]), RuntimeError, r"values other than 0 and <= -10000.0 \(a bias on the scores\)"),
         (torch.tensor([0.0, 1.0, 0.0]), RuntimeError, r"values other than 0 and <= -10000.0"),
         (torch.tensor([0.0, float("nan"), 0.0]), RuntimeError, r"values other than 0 and <= -10000.0"),
+        (torch.tensor([[0.0, 0.0, -1e4], [0.0, -1e4, -1e4]]).view(1, 2, 1, 3).expand(2, 2, 5, 3), RuntimeError,
+         r"kept keys that differ between heads or queries"),
     ],
 )
 def test_masks_that_are_not_key_padding_are_refused(mask, error, message):

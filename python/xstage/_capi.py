@@ -147,6 +147,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     for name in ("xstage_flash_attention_forward", "xstage_flash_attention_forward_trusted"):
         getattr(lib, name).argtypes = [tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
         getattr(lib, name).restype = ctypes.c_int
+    for name in ("xstage_flash_attention_forward_key_lengths", "xstage_flash_attention_forward_key_lengths_trusted"):
+        getattr(lib, name).argtypes = [tp, tp, tp, tp, tp, tp, ctypes.c_float, ctypes.c_void_p]
+        getattr(lib, name).restype = ctypes.c_int
     h, i32, vp = ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p
     i32p, hp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)
     cp = ctypes.POINTER(MoeConfig)
@@ -295,14 +298,17 @@ def check_device(device: int) -> None:
 
 
 def flash_attention_forward(
-    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, softmax_scale: float, stream: int
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, softmax_scale: float, stream: int,
+    key_lengths: Tensor | None = None,
 ) -> None:
-    """xstage_flash_attention_forward: enqueues the kernel on `stream` (a cudaStream_t as int; 0: legacy)."""
+    """xstage_flash_attention_forward_key_lengths (key_lengths None: every key): enqueues the kernel on `stream` (a
+    cudaStream_t as int; 0: legacy)."""
     lib = load_library()
-    status = lib.xstage_flash_attention_forward(
+    status = lib.xstage_flash_attention_forward_key_lengths(
         ctypes.byref(q),
         ctypes.byref(k),
         ctypes.byref(v),
+        ctypes.byref(key_lengths) if key_lengths is not None else None,
         ctypes.byref(out),
         ctypes.byref(lse) if lse is not None else None,
         ctypes.c_float(softmax_scale),

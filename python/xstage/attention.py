@@ -10,7 +10,7 @@ _flash_attention_impl below.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -25,7 +25,7 @@ _MAX_STRIDE = 2**39  # elements: the TMA unit takes strides below 2^40 bytes (bf
 _c_tensor = _tensors.c_tensor
 
 
-def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
+def _check_inputs(q, k, v, softmax_scale, *, fake: bool, key_lengths=None) -> None:
     """Raises TypeError/ValueError naming the problem. Runs on real and on fake/meta tensors (metadata only)."""
     names = ("q", "k", "v")
     tensors = (q, k, v)
@@ -99,6 +99,8 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
                     f"the kernel's TMA loads need positive strides that are multiples of 8 elements (16 bytes) "
                     f"and below 2^40 bytes: pass {name}.contiguous()"
                 )
+    if key_lengths is not None:
+        _check_key_lengths(key_lengths, q)
     if not isinstance(softmax_scale, (float, int, torch.SymFloat, torch.SymInt)):
         raise TypeError(f"xstage.flash_attention: softmax_scale must be a float, got {type(softmax_scale).__name__}")
     if isinstance(softmax_scale, (float, int)) and (not math.isfinite(softmax_scale) or softmax_scale <= 0):
@@ -108,17 +110,48 @@ def _check_inputs(q, k, v, softmax_scale, *, fake: bool) -> None:
         )
 
 
+def _check_key_lengths(key_lengths, q) -> None:
+    """The metadata of key_lengths ([batch] int32 on q's device, contiguous). Its values stay on the device: the
+    kernel clamps each to [1, seqlen_k] (reading them here would synchronise with the GPU)."""
+    if not isinstance(key_lengths, torch.Tensor):
+        raise TypeError(f"xstage.flash_attention: key_lengths must be a torch.Tensor or None, got {type(key_lengths).__name__}")
+    if key_lengths.dtype != torch.int32:
+        raise TypeError(
+            f"xstage.flash_attention: key_lengths has dtype {key_lengths.dtype}; it must be torch.int32 "
+            f"(convert with .to(torch.int32))"
+        )
+    if tuple(key_lengths.shape) != (q.shape[0],):
+        raise ValueError(
+            f"xstage.flash_attention: key_lengths has shape {tuple(key_lengths.shape)}; it must be [batch] = "
+            f"[{q.shape[0]}] (one key length per sequence of q)"
+        )
+    if key_lengths.device != q.device:
+        raise ValueError(
+            f"xstage.flash_attention: key_lengths is on {key_lengths.device} but q is on {q.device}; they must be on one device"
+        )
+    if q.shape[0] > 1 and key_lengths.stride(0) != 1:
+        raise ValueError(
+            f"xstage.flash_attention: key_lengths has stride {key_lengths.stride(0)}; it must be contiguous: pass "
+            f"key_lengths.contiguous()"
+        )
+
+
 _checked = _tensors.CheckedSignatures()
 
 
 def _flash_attention_impl(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, return_lse: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    return_lse: bool,
+    key_lengths: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     if q.is_cuda and _ops.load_torch_library():  # from now on the C++ kernel takes CUDA tensors
-        return _flash_attention_op(q, k, v, softmax_scale, return_lse)
-    signature = _checked.of((q, k, v), softmax_scale)
+        return _flash_attention_op(q, k, v, softmax_scale, return_lse, key_lengths)
+    signature = _checked.of((q, k, v, key_lengths), softmax_scale)
     if not _checked.passed(signature):
-        _check_inputs(q, k, v, softmax_scale, fake=False)
+        _check_inputs(q, k, v, softmax_scale, fake=False, key_lengths=key_lengths)
         _checked.add(signature)
     b, m, h, d = q.shape
     out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
@@ -132,12 +165,13 @@ def _flash_attention_impl(
         _c_tensor(lse) if return_lse else None,
         softmax_scale,
         stream,
+        _c_tensor(key_lengths) if key_lengths is not None else None,
     )
     return out, lse
 
 
-def _flash_attention_fake(q, k, v, softmax_scale, return_lse):
-    _check_inputs(q, k, v, softmax_scale, fake=True)
+def _flash_attention_fake(q, k, v, softmax_scale, return_lse, key_lengths=None):
+    _check_inputs(q, k, v, softmax_scale, fake=True, key_lengths=key_lengths)
     b, m, h, d = q.shape
     out = q.new_empty((b, m, h, d))
     lse = q.new_empty((b, h, m) if return_lse else (0,), dtype=torch.float32)
@@ -153,6 +187,7 @@ def flash_attention(
     v: torch.Tensor,
     softmax_scale: float | None = None,
     return_lse: bool = False,
+    key_lengths: torch.Tensor | None = None,
 ):
     """Full (non-causal) attention, out = softmax(softmax_scale * q k^T) v, per batch and head.
 
@@ -161,6 +196,12 @@ def flash_attention(
     free (views of a packed QKV projection or of [batch, heads, seqlen, head_dim] tensors are used as they
     are) as long as head_dim is contiguous and the other strides are multiples of 8 elements.
     softmax_scale defaults to 1/sqrt(head_dim).
+
+    key_lengths: None (every key), or per-sequence key lengths, a [batch] torch.int32 tensor on q's device:
+    sequence b attends to its first key_lengths[b] keys of k and v, the others are never read (a key-padding mask
+    whose kept keys come first). Its values stay on the GPU (no host synchronisation; the call can be captured in a
+    CUDA graph and fed new lengths): they are not checked, the kernel clamps each to [1, seqlen_k]. lse has the
+    log-sum-exp over the sequence's own keys.
 
     Returns out ([batch, seqlen_q, heads, head_dim] bfloat16, contiguous), or (out, lse) with return_lse,
     lse being [batch, heads, seqlen_q] float32, the natural-log log-sum-exp of each row's scaled scores.
@@ -171,10 +212,12 @@ def flash_attention(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if key_lengths is not None and not isinstance(key_lengths, torch.Tensor):
+        _check_key_lengths(key_lengths, q)  # raises its TypeError
     if torch.compiler.is_compiling():
         # The checks traced as Python: an error is raised from here, as in eager, instead of surfacing from
         # the fake implementation wrapped in torch.compile's own error report.
-        _check_inputs(q, k, v, 1.0 if softmax_scale is None else softmax_scale, fake=True)
+        _check_inputs(q, k, v, 1.0 if softmax_scale is None else softmax_scale, fake=True, key_lengths=key_lengths)
     if softmax_scale is None:
         if q.dim() != 4:
             raise ValueError(
@@ -185,10 +228,12 @@ def flash_attention(
         softmax_scale = float(softmax_scale)
     try:
         if _ops.needs_autograd(q, k, v):
-            out, lse = _ops.forward_only("xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse))
+            out, lse = _ops.forward_only(
+                "xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse), key_lengths
+            )
         else:
-            out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse))
+            out, lse = _flash_attention_op(q, k, v, softmax_scale, bool(return_lse), key_lengths)
     except RuntimeError as e:
-        _ops.raise_typed(e, lambda: _check_inputs(q, k, v, softmax_scale, fake=False))
+        _ops.raise_typed(e, lambda: _check_inputs(q, k, v, softmax_scale, fake=False, key_lengths=key_lengths))
         raise
     return (out, lse) if return_lse else out

@@ -14,9 +14,11 @@ attend) or additive (0: attend; -inf or <= -1e4: masked). Everything else raises
 attention, dropout, grouped-query attention, masks that differ per query or head or carry a bias, other dtypes
 and head dims (the last from xstage.flash_attention).
 
-A key-padding mask is read on the host (one synchronisation per call) and each sequence attends to its kept
-keys: a prefix of the keys as a view, other patterns gathered first. The kernel has no per-sequence key length
-yet, so a masked call breaks a torch.compile graph.
+A key-padding mask never reaches the host: on the GPU, each sequence's kept keys are moved first (a stable sort of
+the mask and one gather of key and value) and counted, and the kernel attends to that many keys per sequence
+(xstage.flash_attention's key_lengths). No synchronisation, one kernel call, and a masked call stays inside a
+torch.compile graph. The mask's values are checked on the device too (torch._assert_async): a mask that is not
+a key-padding mask, or one that masks every key of a sequence, fails a device-side assertion.
 
 Under enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)) diffusers shards the model's inputs by
 its _cp_plan and hands the backend its parallel config; the backend runs xstage's fused Ulysses layer
@@ -156,38 +158,38 @@ def _lse_bsh(lse: torch.Tensor) -> torch.Tensor:
 
 
 def _attention(query, key, value, attn_mask, scale, return_lse):
-    """One GPU: xstage.flash_attention, with a key-padding mask applied as per-sequence kept keys."""
-    if attn_mask is None:
-        if return_lse:
-            out, lse = flash_attention(query, key, value, softmax_scale=scale, return_lse=True)
-            return out, _lse_bsh(lse)
-        return flash_attention(query, key, value, softmax_scale=scale)
-    if query.device.type == "meta":  # shapes only (tracing on the meta device): the mask's values do not exist
-        _kept_keys(attn_mask.to("meta"), query.shape[0], query.shape[1], key.shape[1])
-        return _attention(query, key, value, None, scale, return_lse)
-    keep = _kept_keys(attn_mask.cpu(), query.shape[0], query.shape[1], key.shape[1])  # the one synchronisation
-    pieces = []
-    for rows, kept in _mask_groups(keep):
-        q, k, v = query[rows], key[rows], value[rows]
-        if kept is not None:
-            if isinstance(kept, int):  # a prefix: a view
-                k, v = k[:, :kept], v[:, :kept]
-            else:
-                kept = kept.to(key.device, non_blocking=True)
-                k, v = k.index_select(1, kept), v.index_select(1, kept)
-        pieces.append(flash_attention(q, k, v, softmax_scale=scale, return_lse=return_lse))
-    if not return_lse:
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-    out = pieces[0][0] if len(pieces) == 1 else torch.cat([p[0] for p in pieces])
-    lse = pieces[0][1] if len(pieces) == 1 else torch.cat([p[1] for p in pieces])
-    return out, _lse_bsh(lse)
+    """One GPU: xstage.flash_attention, with a key-padding mask applied as per-sequence key lengths."""
+    lengths = None
+    if attn_mask is not None:
+        key, value, lengths = _kept_keys_first(attn_mask, key, value, query.shape[1])
+    if return_lse:
+        out, lse = flash_attention(query, key, value, softmax_scale=scale, return_lse=True, key_lengths=lengths)
+        return out, _lse_bsh(lse)
+    return flash_attention(query, key, value, softmax_scale=scale, key_lengths=lengths)
+
+
+def _kept_keys_first(attn_mask, key, value, seqlen_q):
+    """(key, value, lengths) for a key-padding mask, all on the GPU: each sequence's kept keys moved to the front in
+    their order (a stable sort of the mask, one gather of key and value) and their count as int32 [batch]. Nothing
+    is read on the host: the kernel takes the counts as they are, and the mask's values are checked on the device."""
+    batch, seqlen_k = key.shape[0], key.shape[1]
+    keep = _kept_keys(attn_mask.to(key.device), batch, seqlen_q, seqlen_k)
+    lengths = keep.sum(-1, dtype=torch.int32)
+    torch._assert_async(
+        lengths.amin() > 0, f"{_WHO}: attn_mask masks every key of a sequence of the batch; its attention is undefined"
+    )
+    # Kept (1) before masked (0); stable: the kept keys stay in their order. The bool mask seen as uint8 (a view).
+    order = keep.view(torch.uint8).sort(dim=-1, descending=True, stable=True).indices
+    index = order.view(batch, seqlen_k, 1, 1).expand(batch, seqlen_k, key.shape[2], key.shape[3])
+    return key.gather(1, index), value.gather(1, index), lengths
 
 
 def _kept_keys(mask: torch.Tensor, batch: int, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
-    """[batch, seqlen_k] bool, True for a key the sequence's queries attend to. mask: [seqlen_k], [batch,
-    seqlen_k], [batch, seqlen_q, seqlen_k] or [batch, heads, seqlen_q, seqlen_k] (any of these dimensions but
-    the keys' may be 1), on the host (its values are checked: ValueError unless they are the same for every
-    head and query, which is what makes it a key-padding mask) or on the meta device (shapes only)."""
+    """[batch, seqlen_k] bool, True for a key the sequence's queries attend to, on the mask's device. mask:
+    [seqlen_k], [batch, seqlen_k], [batch, seqlen_q, seqlen_k] or [batch, heads, seqlen_q, seqlen_k] (any of these
+    dimensions but the keys' may be 1). Its shape and dtype are checked here (ValueError, TypeError); its values,
+    which must be the same for every head and query (a key-padding mask) and, for an additive mask, 0 or masking,
+    by assertions on the device (torch._assert_async), so that nothing waits for the GPU."""
     shape = tuple(mask.shape)
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"{_WHO}: attn_mask has dtype {mask.dtype}; it must be bool (True: attend) or an additive float mask")
@@ -200,44 +202,26 @@ def _kept_keys(mask: torch.Tensor, batch: int, seqlen_q: int, seqlen_k: int) -> 
             f"but seq_k)"
         )
     mask = mask.reshape(shape[:1] + (1,) * (4 - mask.dim()) + shape[1:]) if mask.dim() > 1 else mask.view(1, 1, 1, -1)
-    if mask.device.type == "meta":
-        return mask[:, 0, 0].expand(batch, seqlen_k)
+    first = mask[:, :1, :1]  # the first head's first query: its kept keys are the sequence's
+    # Heads and queries that are broadcast (size 1, or stride 0 as expand() makes them) agree by construction.
+    per_head_or_query = any(mask.shape[d] > 1 and mask.stride(d) != 0 for d in (1, 2))
     if mask.dtype == torch.bool:
-        keep = mask
-    else:
-        keep = mask == 0
-        if not bool(torch.all(keep | (mask <= _MASKED_BIAS))):
-            raise ValueError(
-                f"{_WHO}: the additive attn_mask has values other than 0 and <= {_MASKED_BIAS} (a bias on the "
-                f"scores); only key-padding masks are supported"
+        row = first
+        if per_head_or_query:
+            torch._assert_async(
+                torch.all(mask == row),
+                f"{_WHO}: attn_mask (shape {shape}) differs between heads or queries; only key-padding masks (the "
+                f"same kept keys for every query and head of a sequence) are supported",
             )
-    row = keep[:, :1, :1]
-    if not torch.equal(keep, row.expand_as(keep)):
-        raise ValueError(
-            f"{_WHO}: attn_mask (shape {shape}) differs between heads or queries; only key-padding masks (the same "
-            f"kept keys for every query and head of a sequence) are supported"
+    else:
+        row = first == 0
+        # One check for both: every value 0 where the first row keeps the key, <= the bias where it masks it.
+        torch._assert_async(
+            torch.all(torch.where(row, mask == 0, mask <= _MASKED_BIAS)),
+            f"{_WHO}: the additive attn_mask (shape {shape}) is not a key-padding mask: it has values other than 0 "
+            f"and <= {_MASKED_BIAS} (a bias on the scores), or kept keys that differ between heads or queries",
         )
     return row[:, 0, 0].expand(batch, seqlen_k)
-
-
-def _mask_groups(keep: torch.Tensor):
-    """[(rows, kept)]: the batch rows to run together and the keys they keep: None (all), an int n (the first
-    n keys) or an index tensor (on the host). keep: [batch, seqlen_k] bool on the host."""
-    batch, seqlen_k = keep.shape
-    counts = keep.sum(1).tolist()
-    for b, n in enumerate(counts):
-        if n == 0:
-            raise ValueError(f"{_WHO}: attn_mask masks every key of sequence {b} of the batch; its attention is undefined")
-    if all(n == seqlen_k for n in counts):
-        return [(slice(None), None)]
-    prefix = [bool(keep[b, :n].all()) for b, n in enumerate(counts)]
-    if all(prefix) and len(set(counts)) == 1:
-        return [(slice(None), counts[0])]
-    groups = []
-    for b, n in enumerate(counts):
-        kept = None if n == seqlen_k else n if prefix[b] else keep[b].nonzero().flatten()
-        groups.append((slice(b, b + 1), kept))
-    return groups
 
 
 # --- under diffusers' context parallelism -----------------------------------------------------------------

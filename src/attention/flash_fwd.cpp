@@ -30,11 +30,13 @@ void check_strides(const char* name, const BmhdStrides& s) {
   }
 }
 
-void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment) {
+// `why`: what needs the alignment (for the message).
+void check_pointer(const char* name, const void* ptr, std::uintptr_t alignment,
+                   const char* why = "the TMA unit needs 16-byte aligned tensors") {
   XSTAGE_REQUIRE(ptr != nullptr, std::string(name) + " pointer is null");
   if (reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0) return;
   std::ostringstream os;
-  os << name << " pointer " << ptr << " is not " << alignment << "-byte aligned (the TMA unit needs 16-byte aligned tensors)";
+  os << name << " pointer " << ptr << " is not " << alignment << "-byte aligned (" << why << ")";
   throw InputError(os.str());
 }
 
@@ -74,6 +76,9 @@ void validate_flash_fwd_inputs(FlashFwdArgs const& args) {
   check_pointer("Q", args.q, 16);
   check_pointer("K", args.k, 16);
   check_pointer("V", args.v, 16);
+  // Its values are the kernel's to clamp (flash_fwd_params.hpp): reading them here would synchronise.
+  if (args.seqlen_k_per_batch != nullptr)
+    check_pointer("per-batch key lengths", args.seqlen_k_per_batch, 4, "int32 values are read as such");
   if (args.tile_config) {
     XSTAGE_REQUIRE(fwd_tile_shape(*args.tile_config).head_dim == p.head_dim,
                    "the forced tile configuration " + describe(fwd_tile_shape(*args.tile_config)) +
@@ -87,7 +92,7 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   validate_flash_fwd_inputs(args);
   check_strides("O", args.problem.o);
   check_pointer("O", args.o, 16);
-  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4);
+  if (args.lse != nullptr) check_pointer("LSE", args.lse, 4, "fp32 values are stored as such");
 }
 
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
@@ -99,6 +104,7 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
   validate_flash_fwd_inputs(args);
   const FlashFwdProblem& p = args.problem;
   const UlyssesShape& s = dst.shape;
+  XSTAGE_REQUIRE(args.seqlen_k_per_batch == nullptr, "fused Ulysses: per-batch key lengths are not supported (every key is attended)");
   XSTAGE_REQUIRE(s.ranks >= 1 && s.ranks <= kMaxUlyssesRanks && dst.rank >= 0 && dst.rank < s.ranks,
                  "fused Ulysses: rank " + std::to_string(dst.rank) + " of " + std::to_string(s.ranks) + " ranks (at most " +
                      std::to_string(kMaxUlyssesRanks) + ")");
@@ -111,6 +117,7 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
     check_pointer("output window", dst.window[j], 16);
     XSTAGE_REQUIRE(dst.arrived[j] != nullptr, "fused Ulysses: no arrival counter for rank " + std::to_string(j));
   }
+  const DeviceFacts& device = current_device_facts();
   if (inputs.flags != nullptr) {
     check_pointer("input arrival flags", inputs.flags, 4);
     const InputChunks& c = inputs.chunks;
@@ -120,15 +127,14 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
                        " rows per source) do not cover the layer's shards of " + std::to_string(s.shard_rows()) + " rows in at most " +
                        std::to_string(kMaxInputChunksPerBatch) + " chunks per batch");
     XSTAGE_REQUIRE(inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
-    XSTAGE_REQUIRE(inputs.target >= 1 && inputs.reserved_sms >= 0 && inputs.reserved_sms < current_device_facts().sm_count,
+    XSTAGE_REQUIRE(inputs.target >= 1 && inputs.reserved_sms >= 0 && inputs.reserved_sms < device.sm_count,
                    "fused Ulysses: the pusher reserves " + std::to_string(inputs.reserved_sms) + " SMs of " +
-                       std::to_string(current_device_facts().sm_count));
+                       std::to_string(device.sm_count));
   }
-  const int num_sms = current_device_facts().sm_count;
-  switch (args.tile_config.value_or(flash_fwd_tile_config(p, num_sms))) {
+  switch (args.tile_config.value_or(flash_fwd_tile_config(p, device.sm_count))) {
 #define XSTAGE_FWD_A2A_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                           \
-    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, inputs, num_sms, stream);
+    return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, inputs, device, stream);
     XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_A2A_CASE)
 #undef XSTAGE_FWD_A2A_CASE
   }
@@ -137,12 +143,15 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
 const char* to_string(A2AStorePath path) { return path == A2AStorePath::tma ? "tma" : "st_global"; }
 
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream) {
+  flash_attention_forward(args, current_device_facts(), stream);
+}
+
+void flash_attention_forward(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
   validate_flash_fwd_args(args);
-  const int num_sms = current_device_facts().sm_count;
-  switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, num_sms))) {
+  switch (args.tile_config.value_or(flash_fwd_tile_config(args.problem, device.sm_count))) {
 #define XSTAGE_FWD_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                       \
-    return detail::launch_flash_fwd_config<FwdTileConfigId::name>(args, num_sms, stream);
+    return detail::launch_flash_fwd_config<FwdTileConfigId::name>(args, device, stream);
     XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_CASE)
 #undef XSTAGE_FWD_CASE
   }

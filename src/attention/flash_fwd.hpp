@@ -12,14 +12,17 @@
 #include "attention/flash_fwd_params.hpp"
 #include "attention/tile_shapes.hpp"
 #include "attention/ulysses/destinations.hpp"
+#include "common/device_facts.hpp"
 
 namespace xstage::attention {
 
 // Throws xstage::InputError naming the first problem found (sizes, head dim, strides, alignment).
 void validate_flash_fwd_args(FlashFwdArgs const& args);
 
-// Validates, then launches on `stream` (asynchronous). Throws xstage::Error on CUDA errors.
+// Validates, then launches on `stream` (asynchronous) on the current device. Throws xstage::Error on CUDA errors.
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nullptr);
+// The same where the caller has made `device` the current device (no CUDA query for it).
+void flash_attention_forward(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream);
 
 // The fused Ulysses forward (epilogue_all_to_all.hpp): the same kernel on this rank's head-sharded Q, K, V
 // ([batch, M, H/P, d]: args.problem.heads = H/P, args.o and args.lse unused), each finished output tile
@@ -37,12 +40,13 @@ std::string describe(FwdTileShape const& shape);
 
 namespace detail {
 // Instantiated for each FwdTileConfigId in a translation unit of its own (flash_fwd_launch.cuh has the body).
+// `device`: the current device.
 template <FwdTileConfigId kId>
-void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream);
+void launch_flash_fwd_config(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream);
 // The same for the fused Ulysses forward, both store paths (flash_fwd_all_to_all.cuh has the body).
 template <FwdTileConfigId kId>
 void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
-                                 InputArrivals const& inputs, int num_sms, cudaStream_t stream);
+                                 InputArrivals const& inputs, DeviceFacts const& device, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace xstage::attention

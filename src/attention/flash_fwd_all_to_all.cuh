@@ -9,7 +9,7 @@
 namespace xstage::attention::detail {
 
 template <FwdTileConfigId kId, A2AStorePath kPath>
-void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, InputArrivals const& inputs, int num_sms,
+void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, InputArrivals const& inputs, DeviceFacts const& device,
                           cudaStream_t stream) {
   using Config = typename FlashFwdTileConfigFor<kId>::type;
   using Kernel = FlashFwdKernel<Config, EpilogueAllToAllTma>;
@@ -17,16 +17,16 @@ void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& 
   const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
   const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
   if constexpr (kPath == A2AStorePath::tma)
-    launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args, dst), stride, num_sms, stream, inputs);
+    launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args, dst), stride, device, stream, inputs);
   else
-    launch_flash_fwd_kernel<KernelSt>(args, KernelSt::Epilogue::make_params(args, dst), stride, num_sms, stream, inputs);
+    launch_flash_fwd_kernel<KernelSt>(args, KernelSt::Epilogue::make_params(args, dst), stride, device, stream, inputs);
 }
 
 template <FwdTileConfigId kId>
 void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
-                                 InputArrivals const& inputs, int num_sms, cudaStream_t stream) {
-  if (path == A2AStorePath::tma) launch_flash_fwd_a2a<kId, A2AStorePath::tma>(args, dst, inputs, num_sms, stream);
-  else launch_flash_fwd_a2a<kId, A2AStorePath::st_global>(args, dst, inputs, num_sms, stream);
+                                 InputArrivals const& inputs, DeviceFacts const& device, cudaStream_t stream) {
+  if (path == A2AStorePath::tma) launch_flash_fwd_a2a<kId, A2AStorePath::tma>(args, dst, inputs, device, stream);
+  else launch_flash_fwd_a2a<kId, A2AStorePath::st_global>(args, dst, inputs, device, stream);
 }
 
 }  // namespace xstage::attention::detail

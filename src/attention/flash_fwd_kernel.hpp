@@ -89,10 +89,11 @@ struct FlashFwdKernel {
       int iteration = 0;
       for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
            tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
+        const TileCoord coord = scheduler.coord(tile);
         Mainloop::mma(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state, tOrO,
-                      softmax, thread_idx, iteration);
+                      softmax, coord, thread_idx, iteration);
         softmax.finalize(tOrO, lse);
-        Epilogue::store(params.epilogue, smem.epilogue, tOrO, lse, scheduler.coord(tile), thread_idx);
+        Epilogue::store(params.epilogue, smem.epilogue, tOrO, lse, coord, thread_idx);
       }
       Mainloop::Turns::drain_turns(consumer_group);
       Epilogue::finish(params.epilogue, smem.epilogue, thread_idx);

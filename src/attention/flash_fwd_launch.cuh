@@ -16,11 +16,12 @@
 
 namespace xstage::attention::detail {
 
-// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). With `inputs` set (inputs
-// that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the inputs' pusher leaves.
+// `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). `device`: the current one.
+// With `inputs` set (inputs that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the
+// inputs' pusher leaves.
 template <class Kernel>
 void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
-                             int num_sms, cudaStream_t stream, InputArrivals const& inputs = {}) {
+                             DeviceFacts const& device, cudaStream_t stream, InputArrivals const& inputs = {}) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
   const bool arrival_order = inputs.flags != nullptr;
@@ -32,23 +33,23 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
   static SharedMemoryOptIn opt_in;
-  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
+  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes, device);
 
-  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), num_sms - inputs.reserved_sms);
+  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count - inputs.reserved_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
 }
 
 template <class Kernel>
-void launch_flash_fwd(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
-  launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, num_sms, stream);
+void launch_flash_fwd(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
+  launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, device, stream);
 }
 
 template <FwdTileConfigId kId>
 using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma>;
 
 template <FwdTileConfigId kId>
-void launch_flash_fwd_config(FlashFwdArgs const& args, int num_sms, cudaStream_t stream) {
-  launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, num_sms, stream);
+void launch_flash_fwd_config(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
+  launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, device, stream);
 }
 
 }  // namespace xstage::attention::detail

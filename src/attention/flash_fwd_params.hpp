@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "attention/tile_shapes.hpp"
+#include "common/host_device.hpp"
 
 namespace xstage::attention {
 
@@ -51,9 +52,20 @@ struct FlashFwdArgs {
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;  // optional: [batch, heads, seqlen_q], natural-log log-sum-exp of the scaled scores
+  // Optional: [batch] int32 in device memory, 4-byte aligned. Sequence b attends to its first
+  // seqlen_k_per_batch[b] keys (a key-padding mask as lengths); problem.seqlen_k stays the allocated key length,
+  // which sizes the TMA maps. The host cannot read the values without a synchronisation, so nothing checks
+  // them: the kernel clamps each to [1, seqlen_k] (clamp_seqlen_k).
+  const int32_t* seqlen_k_per_batch = nullptr;
   // Forces one tile configuration (tests, tuning); by default the launcher picks by wave count.
   std::optional<FwdTileConfigId> tile_config;
 };
+
+// The keys a sequence attends to when its per-batch length is `requested`: clamped to [1, seqlen_k], so that an
+// out-of-range value can neither read past the keys nor leave a row without one (the references clamp alike).
+XSTAGE_HD constexpr int clamp_seqlen_k(int32_t requested, int seqlen_k) {
+  return requested < 1 ? 1 : requested > seqlen_k ? seqlen_k : static_cast<int>(requested);
+}
 
 // Offset of the log-sum-exp of (b, h, m) in the [batch, heads, seqlen_q] fp32 array.
 #if defined(__CUDACC__)

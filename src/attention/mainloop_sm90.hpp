@@ -13,7 +13,9 @@
 //
 // Consumers (warpgroups 1..n, n = 2 or 3, 64 query rows each), per tile, key blocks from last to first
 // (the last block is the only partial one: its masked columns are set to -inf in the first step, and no
-// later block needs a check):
+// later block needs a check). The last block is that of the tile's own key length where per-batch lengths are
+// given (FlashFwdArgs::seqlen_k_per_batch; producer and consumers read it once per tile): blocks past it are
+// never loaded.
 //   S = Q K[n_last]^T; softmax -> P
 //   for each further block n:  issue S = Q K[n]^T, issue O += P V[n+1]      (two wgmma batches in flight)
 //                              wait for S; softmax(S) overlaps the P V wgmma    (intra-warpgroup overlap)
@@ -99,6 +101,7 @@ struct MainloopSm90 {
     TmaLoadKV tma_v;
     int seqlen_q, seqlen_k, heads, batch;
     float softmax_scale;
+    const int32_t* seqlen_k_per_batch;  // nullptr: every sequence attends to all seqlen_k keys
     InputArrivals inputs;
   };
 
@@ -127,7 +130,7 @@ struct MainloopSm90 {
     return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
-            p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, inputs};
+            p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
   // Waits until rows [m0, m1) of batch b have arrived (nothing to do without InputArrivals). A wait that times
@@ -152,6 +155,12 @@ struct MainloopSm90 {
       waited = true;
     }
     if (waited) comm::fence_proxy_async_global();  // the acquire above before the TMA loads below
+  }
+
+  // The keys the tile's sequence attends to.
+  CUTE_DEVICE static int tile_seqlen_k(Params const& params, TileCoord tile) {
+    if (params.seqlen_k_per_batch == nullptr) return params.seqlen_k;
+    return clamp_seqlen_k(params.seqlen_k_per_batch[tile.batch], params.seqlen_k);
   }
 
   CUTE_DEVICE static void prefetch_descriptors(Params const& params) {
@@ -199,7 +208,7 @@ struct MainloopSm90 {
       ++v_state;
     };
 
-    const int n_last = ceil_div(params.seqlen_k, kBlockN) - 1;
+    const int n_last = ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
     load_k(n_last);
     if (tile_iteration > 0) {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
@@ -219,7 +228,7 @@ struct MainloopSm90 {
   template <class FragO, class Softmax>
   CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                               PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
-                              FragO& tOrO, Softmax& softmax, int thread_idx, int tile_iteration) {
+                              FragO& tOrO, Softmax& softmax, TileCoord tile, int thread_idx, int tile_iteration) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
@@ -253,7 +262,8 @@ struct MainloopSm90 {
       *reinterpret_cast<cutlass::Array<Element, N>*>(tOrP.data()) = p;
     };
 
-    const int n_last = ceil_div(params.seqlen_k, kBlockN) - 1;
+    const int seqlen_k = tile_seqlen_k(params, tile);
+    const int n_last = ceil_div(seqlen_k, kBlockN) - 1;
     softmax.reset();
     clear(tOrO);
     cutlass::arch::ClusterBarrier::wait(&smem.q_full, tile_iteration & 1);
@@ -267,8 +277,8 @@ struct MainloopSm90 {
     warpgroup_fence_operand(tSrS);
     pipeline_k.consumer_release(k_state);
     ++k_state;
-    if ((n_last + 1) * kBlockN > params.seqlen_k) {
-      const int cols_left = params.seqlen_k - n_last * kBlockN;
+    if ((n_last + 1) * kBlockN > seqlen_k) {
+      const int cols_left = seqlen_k - n_last * kBlockN;
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
         if (get<1>(tScS(i)) >= cols_left) tSrS(i) = -INFINITY;

@@ -26,13 +26,15 @@ __device__ float block_reduce(float x, bool is_max, float* scratch) {
 // blockIdx = (query row, head, batch).
 __global__ void __launch_bounds__(kThreads) reference_attention_kernel(FlashFwdProblem p, const __nv_bfloat16* q,
                                                                         const __nv_bfloat16* k,
-                                                                        const __nv_bfloat16* v, float* o,
+                                                                        const __nv_bfloat16* v,
+                                                                        const int32_t* seqlen_k_per_batch, float* o,
                                                                         float* lse) {
   __shared__ float q_row[128];
   __shared__ float p_chunk[kThreads];
   __shared__ float scratch[kThreads / 32];
   const int m = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int d = p.head_dim;
+  const int seqlen_k = seqlen_k_per_batch ? clamp_seqlen_k(seqlen_k_per_batch[b], p.seqlen_k) : p.seqlen_k;
   for (int c = threadIdx.x; c < d; c += kThreads) q_row[c] = __bfloat162float(q[bmhd_offset(p.q, b, m, h, c)]);
   __syncthreads();
 
@@ -45,20 +47,20 @@ __global__ void __launch_bounds__(kThreads) reference_attention_kernel(FlashFwdP
 
   // Pass 1: the row maximum.
   float mx = -INFINITY;
-  for (int n = threadIdx.x; n < p.seqlen_k; n += kThreads) mx = fmaxf(mx, score(n));
+  for (int n = threadIdx.x; n < seqlen_k; n += kThreads) mx = fmaxf(mx, score(n));
   mx = block_reduce(mx, true, scratch);
 
   // Pass 2: probabilities of kThreads keys at a time, then thread c accumulates output column c.
   float sum = 0.f, acc = 0.f;
-  for (int n0 = 0; n0 < p.seqlen_k; n0 += kThreads) {
+  for (int n0 = 0; n0 < seqlen_k; n0 += kThreads) {
     const int n = n0 + threadIdx.x;
-    const float pr = n < p.seqlen_k ? expf(score(n) - mx) : 0.f;
+    const float pr = n < seqlen_k ? expf(score(n) - mx) : 0.f;
     sum += pr;
     __syncthreads();
     p_chunk[threadIdx.x] = pr;
     __syncthreads();
     if (threadIdx.x < d) {
-      const int count = min(kThreads, p.seqlen_k - n0);
+      const int count = min(kThreads, seqlen_k - n0);
       for (int j = 0; j < count; ++j) {
         acc = fmaf(p_chunk[j], __bfloat162float(v[bmhd_offset(p.v, b, n0 + j, h, threadIdx.x)]), acc);
       }
@@ -76,7 +78,8 @@ void reference_attention_gpu(FlashFwdArgs const& args, float* o_ref, float* lse_
   const dim3 grid(p.seqlen_q, p.heads, p.batch);
   launch_kernel(reference_attention_kernel, grid, kThreads, 0, stream, p, static_cast<const __nv_bfloat16*>(args.q),
                                                             static_cast<const __nv_bfloat16*>(args.k),
-                                                            static_cast<const __nv_bfloat16*>(args.v), o_ref, lse_ref);
+                                                            static_cast<const __nv_bfloat16*>(args.v), args.seqlen_k_per_batch,
+                                                            o_ref, lse_ref);
 }
 
 }  // namespace xstage::attention

@@ -15,12 +15,15 @@
 
 namespace xstage::attention {
 
-// args.o and args.lse are ignored; o_ref and lse_ref are device pointers.
+// args.o and args.lse are ignored; o_ref and lse_ref are device pointers. Per-batch key lengths
+// (args.seqlen_k_per_batch, device memory) are clamped as the kernel clamps them (clamp_seqlen_k).
 void reference_attention_gpu(FlashFwdArgs const& args, float* o_ref, float* lse_ref, cudaStream_t stream = nullptr);
 
-// Host copies of Q, K, V as bf16 bit patterns with the strides in `problem`.
+// Host copies of Q, K, V as bf16 bit patterns with the strides in `problem`; seqlen_k_per_batch: nullptr, or the
+// [batch] key lengths in host memory (clamped as the kernel clamps them).
 void reference_attention_cpu(FlashFwdProblem const& problem, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                             std::vector<double>& o_ref, std::vector<double>& lse_ref);
+                             std::vector<double>& o_ref, std::vector<double>& lse_ref,
+                             const int32_t* seqlen_k_per_batch = nullptr);
 
 inline float bf16_bits_to_float(uint16_t bits) {
   union {

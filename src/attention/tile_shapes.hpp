@@ -14,11 +14,14 @@ namespace xstage::attention {
 //   kHdim64Rows128   d=64, 2 consumer warpgroups: more, smaller tiles (fills the GPU at small M*heads)
 //   kHdim64Rows192   d=64, 3 consumer warpgroups: ~14% faster per row, coarser tiles
 //   kHdim128Rows128  d=128, 2 consumer warpgroups
+//   kHdim128Rows128N160  d=128, 160 key/value rows per stage (fewer, longer key/value steps; the shared memory of
+//                    two stages is the most that fits with the O staging buffer)
 // clang-format off
-#define XSTAGE_FWD_TILE_CONFIGS(X)        \
-  X(kHdim64Rows128,  64,  2, 192, 3)      \
-  X(kHdim64Rows192,  64,  3, 128, 3)      \
-  X(kHdim128Rows128, 128, 2, 128, 2)
+#define XSTAGE_FWD_TILE_CONFIGS(X)             \
+  X(kHdim64Rows128,     64,  2, 192, 3)        \
+  X(kHdim64Rows192,     64,  3, 128, 3)        \
+  X(kHdim128Rows128,    128, 2, 128, 2)        \
+  X(kHdim128Rows128N160, 128, 2, 160, 2)
 // clang-format on
 
 enum class FwdTileConfigId : int {
@@ -42,6 +45,13 @@ inline constexpr FwdTileShape kFwdTileShapes[] = {
 };
 
 constexpr FwdTileShape fwd_tile_shape(FwdTileConfigId id) { return kFwdTileShapes[static_cast<int>(id)]; }
+
+inline constexpr const char* kFwdTileConfigNames[] = {
+#define XSTAGE_FWD_TILE_NAME(name, head_dim, warpgroups, block_n, stages) #name,
+    XSTAGE_FWD_TILE_CONFIGS(XSTAGE_FWD_TILE_NAME)
+#undef XSTAGE_FWD_TILE_NAME
+};
+inline constexpr int kNumFwdTileConfigs = static_cast<int>(sizeof(kFwdTileConfigNames) / sizeof(kFwdTileConfigNames[0]));
 
 // Throughput per query row of kHdim64Rows192 over kHdim64Rows128 once wave quantisation is factored
 // out, measured on H200 (1.13-1.16 at h=4 and 12; docs/ATTENTION.md, "Experiments and what they showed").

@@ -1,8 +1,8 @@
-// xstage_flash_attention_forward: the C ABI of xstage::attention::flash_attention_forward.
+// xstage_flash_attention_forward(_key_lengths): the C ABI of xstage::attention::flash_attention_forward.
 //
 // Checks in this order, so that every argument error is reported without touching CUDA (and can be tested
 // on a machine without a GPU): tensors (null, ndim, dtype, shapes, head dim, head-dim stride, device
-// indices), then the C++ validator (strides, alignment, scale), then CUDA (driver, device architecture,
+// indices; the key lengths' dtype, shape and layout, not their values), then the C++ validator (strides, alignment, scale), then CUDA (driver, device architecture,
 // that every pointer is device memory of that device, the stream's device), then the launch. The trusted
 // entry point skips the pointer and stream queries only (its caller vouches for both, xstage_c.h).
 #include <cuda_runtime.h>
@@ -39,8 +39,8 @@ int to_int(int64_t v, const char* what) {
 }
 
 void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_in, const xstage_tensor* v_in,
-                             const xstage_tensor* o_in, const xstage_tensor* lse_in, float softmax_scale,
-                             void* stream, bool verify_memory) {
+                             const xstage_tensor* lengths_in, const xstage_tensor* o_in, const xstage_tensor* lse_in,
+                             float softmax_scale, void* stream, bool verify_memory) {
   const xstage_tensor& q = require_tensor(q_in, "q");
   const xstage_tensor& k = require_tensor(k_in, "k");
   const xstage_tensor& v = require_tensor(v_in, "v");
@@ -109,6 +109,15 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
     require_same_cuda_device(lse, "lse", device, "q");
     args.lse = static_cast<float*>(lse.data);
   }
+  if (lengths_in != nullptr) {
+    const xstage_tensor& lengths = require_tensor(lengths_in, "key_lengths");
+    require_dtype(lengths, "key_lengths", XSTAGE_DTYPE_INT32);
+    require_shape(lengths, "key_lengths", {batch}, "[batch]");
+    require_contiguous(lengths, "key_lengths");
+    require_aligned(lengths, "key_lengths", 4);  // and not NULL, which would mean no lengths to the kernel
+    require_same_cuda_device(lengths, "key_lengths", device, "q");
+    args.seqlen_k_per_batch = static_cast<const int32_t*>(lengths.data);
+  }
   // Strides (positive, 16-byte multiples, below 2^40 bytes), pointers (non-null, aligned), scale.
   attention::validate_flash_fwd_args(args);
 
@@ -120,9 +129,10 @@ void flash_attention_forward(const xstage_tensor* q_in, const xstage_tensor* k_i
     require_device_pointer(v.data, "v", device);
     require_device_pointer(o.data, "out", device);
     if (args.lse != nullptr) require_device_pointer(args.lse, "lse", device);
+    if (args.seqlen_k_per_batch != nullptr) require_device_pointer(args.seqlen_k_per_batch, "key_lengths", device);
     require_stream_on_device(stream, device);
   }
-  attention::flash_attention_forward(args, static_cast<cudaStream_t>(stream));
+  attention::flash_attention_forward(args, device_facts(device), static_cast<cudaStream_t>(stream));  // current: the guard
 }
 
 }  // namespace
@@ -133,7 +143,7 @@ extern "C" XSTAGE_C_API int xstage_flash_attention_forward(const xstage_tensor* 
                                                            const xstage_tensor* lse, float softmax_scale,
                                                            void* stream) {
   return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
-    xstage::capi::flash_attention_forward(q, k, v, out, lse, softmax_scale, stream, true);
+    xstage::capi::flash_attention_forward(q, k, v, nullptr, out, lse, softmax_scale, stream, true);
   });
 }
 
@@ -142,6 +152,23 @@ extern "C" XSTAGE_C_API int xstage_flash_attention_forward_trusted(const xstage_
                                                                    const xstage_tensor* lse, float softmax_scale,
                                                                    void* stream) {
   return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
-    xstage::capi::flash_attention_forward(q, k, v, out, lse, softmax_scale, stream, false);
+    xstage::capi::flash_attention_forward(q, k, v, nullptr, out, lse, softmax_scale, stream, false);
+  });
+}
+
+extern "C" XSTAGE_C_API int xstage_flash_attention_forward_key_lengths(const xstage_tensor* q, const xstage_tensor* k,
+                                                                       const xstage_tensor* v, const xstage_tensor* key_lengths,
+                                                                       const xstage_tensor* out, const xstage_tensor* lse,
+                                                                       float softmax_scale, void* stream) {
+  return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
+    xstage::capi::flash_attention_forward(q, k, v, key_lengths, out, lse, softmax_scale, stream, true);
+  });
+}
+
+extern "C" XSTAGE_C_API int xstage_flash_attention_forward_key_lengths_trusted(
+    const xstage_tensor* q, const xstage_tensor* k, const xstage_tensor* v, const xstage_tensor* key_lengths,
+    const xstage_tensor* out, const xstage_tensor* lse, float softmax_scale, void* stream) {
+  return xstage::capi::guarded("xstage_flash_attention_forward", [&] {
+    xstage::capi::flash_attention_forward(q, k, v, key_lengths, out, lse, softmax_scale, stream, false);
   });
 }

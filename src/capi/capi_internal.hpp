@@ -24,29 +24,30 @@ void clear_last_error();
 // NCCL call) -> 3, anything else -> 1. The message is prefixed with the C function's name.
 template <class Body>
 int guarded(const char* function, Body&& body) noexcept {
-  const std::string prefix = std::string(function) + ": ";
+  // The message is built on failure only: a call that succeeds allocates nothing here.
+  const auto fail = [function](int status, const char* what) noexcept {
+    try {
+      set_last_error(std::string(function) + ": " + what);
+    } catch (...) {  // out of host memory for the message itself: the status still says what kind of failure
+    }
+    return status;
+  };
   try {
     clear_last_error();
     body();
     return XSTAGE_OK;
   } catch (const InputError& e) {
-    set_last_error(prefix + e.what());
-    return XSTAGE_ERROR_INPUT;
+    return fail(XSTAGE_ERROR_INPUT, e.what());
   } catch (const PlatformError& e) {
-    set_last_error(prefix + e.what());
-    return XSTAGE_ERROR_PLATFORM;
+    return fail(XSTAGE_ERROR_PLATFORM, e.what());
   } catch (const Error& e) {
-    set_last_error(prefix + e.what());
-    return XSTAGE_ERROR_PLATFORM;
+    return fail(XSTAGE_ERROR_PLATFORM, e.what());
   } catch (const std::bad_alloc&) {
-    set_last_error(prefix + "out of host memory");
-    return XSTAGE_ERROR_OTHER;
+    return fail(XSTAGE_ERROR_OTHER, "out of host memory");
   } catch (const std::exception& e) {
-    set_last_error(prefix + e.what());
-    return XSTAGE_ERROR_OTHER;
+    return fail(XSTAGE_ERROR_OTHER, e.what());
   } catch (...) {
-    set_last_error(prefix + "unknown C++ exception");
-    return XSTAGE_ERROR_OTHER;
+    return fail(XSTAGE_ERROR_OTHER, "unknown C++ exception");
   }
 }
 

@@ -118,6 +118,22 @@ XSTAGE_C_API int xstage_flash_attention_forward_trusted(const xstage_tensor* q, 
                                                         const xstage_tensor* v, const xstage_tensor* out,
                                                         const xstage_tensor* lse, float softmax_scale, void* stream);
 
+/* xstage_flash_attention_forward with per-sequence key lengths (a key-padding mask whose kept keys come first):
+ * sequence b attends to its first key_lengths[b] keys of k and v; the rest are never read.
+ *   key_lengths: NULL (every key), or [batch] int32, contiguous, on the tensors' device
+ * The values stay on the device (reading them would synchronise the host with the GPU), so they are not checked:
+ * the kernel clamps each to [1, seqlen_k]. Otherwise as xstage_flash_attention_forward (its messages too). */
+XSTAGE_C_API int xstage_flash_attention_forward_key_lengths(const xstage_tensor* q, const xstage_tensor* k,
+                                                            const xstage_tensor* v, const xstage_tensor* key_lengths,
+                                                            const xstage_tensor* out, const xstage_tensor* lse,
+                                                            float softmax_scale, void* stream);
+
+/* xstage_flash_attention_forward_key_lengths without the pointer and stream queries (Conventions: `_trusted`). */
+XSTAGE_C_API int xstage_flash_attention_forward_key_lengths_trusted(const xstage_tensor* q, const xstage_tensor* k,
+                                                                    const xstage_tensor* v, const xstage_tensor* key_lengths,
+                                                                    const xstage_tensor* out, const xstage_tensor* lse,
+                                                                    float softmax_scale, void* stream);
+
 /* ----------------------------------------------------------------------------------------------------
  * Communicator: one per process and process group, over NCCL 2.28 (comm::Runtime). All ranks must be
  * load/store reachable from each other (one NVLink domain: NCCL's LSA team spans the job); otherwise

@@ -53,12 +53,25 @@ struct CheckCase {
   bool cpu_reference;
   Layout layout;
   std::optional<attention::FwdTileConfigId> tile_config;  // default: the launcher's choice
+  std::vector<int32_t> key_lengths;  // per batch (FlashFwdArgs::seqlen_k_per_batch); empty: every key
 };
+
+// The same case with per-sequence key lengths (one per batch; values outside [1, seqlen_k] are clamped).
+CheckCase with_key_lengths(CheckCase c, std::vector<int32_t> lengths) {
+  c.key_lengths = std::move(lengths);
+  return c;
+}
 
 // The same case, forced onto d=64's 192-row configuration (the launcher's pick at check sizes is
 // mostly the 128-row one, and both must be right).
 CheckCase rows192(CheckCase c) {
   c.tile_config = attention::FwdTileConfigId::kHdim64Rows192;
+  return c;
+}
+
+// The same case on d=128's 160-key configuration (a candidate only the tuning bench and these cases pick).
+CheckCase keys160(CheckCase c) {
+  c.tile_config = attention::FwdTileConfigId::kHdim128Rows128N160;
   return c;
 }
 
@@ -68,7 +81,8 @@ std::string describe(const CheckCase& c) {
   if (c.scale != 0.f) os << " scale=" << c.scale;
   if (c.layout == Layout::kPackedQkv) os << " qkv-packed";
   if (c.layout == Layout::kPaddedO) os << " O-padded";
-  if (c.tile_config) os << " b_m=" << attention::fwd_tile_shape(*c.tile_config).block_m();
+  if (c.tile_config) os << " " << attention::describe(attention::fwd_tile_shape(*c.tile_config));
+  for (size_t b = 0; b < c.key_lengths.size(); ++b) os << (b ? "," : " Mk_b=") << c.key_lengths[b];
   return os.str();
 }
 
@@ -169,9 +183,15 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
   const int64_t no = extent_elements(p.o, c.batch, c.seqlen_q, c.heads, d);
   const int64_t nlse = int64_t(c.batch) * c.heads * c.seqlen_q;
   const int64_t nref = int64_t(c.batch) * c.seqlen_q * c.heads * d;
-  DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4);
+  DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4), lengths_buf;
   args.problem = p;
   args.tile_config = c.tile_config;
+  if (!c.key_lengths.empty()) {
+    XSTAGE_REQUIRE(int(c.key_lengths.size()) == c.batch, "check case " + describe(c) + ": one key length per batch");
+    lengths_buf = DeviceBuffer(c.key_lengths.size() * sizeof(int32_t));
+    XSTAGE_CUDA_CHECK(cudaMemcpy(lengths_buf.get(), c.key_lengths.data(), lengths_buf.bytes(), cudaMemcpyHostToDevice));
+    args.seqlen_k_per_batch = lengths_buf.get<int32_t>();
+  }
   args.o = o_buf.get();
   args.lse = lse_buf.get<float>();
 
@@ -193,7 +213,8 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
     const auto hk = to_host<uint16_t>(args.k, extent_elements(p.k, c.batch, c.seqlen_k, c.heads, d));
     const auto hv = to_host<uint16_t>(args.v, extent_elements(p.v, c.batch, c.seqlen_k, c.heads, d));
     std::vector<double> o64, lse64;
-    attention::reference_attention_cpu(p, hq.data(), hk.data(), hv.data(), o64, lse64);
+    attention::reference_attention_cpu(p, hq.data(), hk.data(), hv.data(), o64, lse64,
+                                       c.key_lengths.empty() ? nullptr : c.key_lengths.data());
     res.kernel = compare(p, out, lse, o64, lse64);
     // The GPU reference itself against float64.
     double diff2 = 0, ref2 = 0;
@@ -212,7 +233,8 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
 
 std::vector<CheckCase> check_cases(bool quick) {
   if (quick) {  // small enough for compute-sanitizer
-    return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128}};
+    return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128},
+            with_key_lengths({2, 130, 300, 1, 128, 0.f, true}, {1, 129})};
   }
   return {
       // float64 CPU reference
@@ -243,6 +265,22 @@ std::vector<CheckCase> check_cases(bool quick) {
       rows192({1, 300, 5000, 2, 64}),
       rows192({2, 640, 640, 3, 64, 0.f, false, Layout::kPackedQkv}),
       rows192({1, 1025, 1025, 2, 64, 0.f, false, Layout::kPaddedO}),
+      // per-sequence key lengths (a key-padding mask): 1, one past a key block (b_n = 128 or 192), a block
+      // exactly, every key, lengths that differ within the batch, and values the kernel clamps (0, -5, > seqlen_k)
+      with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 193, 300}),
+      with_key_lengths({2, 130, 257, 3, 128, 0.f, true}, {129, 256}),
+      with_key_lengths({3, 100, 300, 2, 128, 0.f, true}, {0, -5, 1000}),
+      with_key_lengths({4, 1000, 2000, 3, 128}, {1, 127, 128, 2000}),
+      with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 191, 385}),
+      with_key_lengths({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}, {500, 777}),
+      rows192(with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 129, 300})),
+      rows192(with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 127, 257})),
+      // d=128 with 160 key rows per step: one partial block, several, packed QKV, key lengths
+      keys160({2, 17, 17, 3, 128, 0.f, true}),
+      keys160({1, 300, 64, 2, 128, 0.f, true}),
+      keys160({1, 8193, 8193, 1, 128}),
+      keys160({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}),
+      keys160(with_key_lengths({4, 1000, 2000, 3, 128}, {1, 159, 160, 2000})),
   };
 }
 
@@ -313,11 +351,30 @@ struct BenchOptions {
   int batch = 1;
   int trials = 20;
   double warmup_ms = 200;
+  std::vector<std::string> tile_configs;  // empty: the launcher's choice; else each, timed in turn
   std::string out;  // results as JSON
 };
 
+// The configurations named on the command line (tile_shapes.hpp's names), or the launcher's choice (nullopt).
+std::vector<std::optional<attention::FwdTileConfigId>> bench_configs(const std::vector<std::string>& names) {
+  if (names.empty()) return {std::nullopt};
+  std::vector<std::optional<attention::FwdTileConfigId>> out;
+  for (const std::string& n : names) {
+    int id = 0;
+    while (id < attention::kNumFwdTileConfigs && n != attention::kFwdTileConfigNames[id]) ++id;
+    if (id == attention::kNumFwdTileConfigs) {
+      std::string all;
+      for (const char* c : attention::kFwdTileConfigNames) all += std::string(all.empty() ? "" : ", ") + c;
+      throw InputError("--tile-configs: unknown configuration '" + n + "' (choose from " + all + ")");
+    }
+    out.push_back(static_cast<attention::FwdTileConfigId>(id));
+  }
+  return out;
+}
+
 void run_bench(const BenchOptions& opt) {
   for (int d : opt.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: the kernel takes 64 and/or 128 (got " + std::to_string(d) + ")");
+  const auto configs = bench_configs(opt.tile_configs);
   require_gpu();
   nlohmann::json points = nlohmann::json::array();
   std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.trials);
@@ -344,27 +401,46 @@ void run_bench(const BenchOptions& opt) {
         args.k = k.get();
         args.v = v.get();
         args.o = o.get();
-        auto launch = [&] { attention::flash_attention_forward(args); };
-        warm_up(launch, first ? 1000.0 : opt.warmup_ms, nullptr);
+        // Each configuration of this head dim (or the launcher's choice), timed in turn: trial by trial, every
+        // configuration once, so clock drift lands in all of them alike.
+        std::vector<FlashFwdArgs> variants;
+        for (const auto& c : configs)
+          if (!c || attention::fwd_tile_shape(*c).head_dim == d) {
+            variants.push_back(args);
+            variants.back().tile_config = c;
+          }
+        if (variants.empty()) continue;
+        auto launcher = [&](std::size_t i) { return [&, i] { attention::flash_attention_forward(variants[i]); }; };
+        warm_up(launcher(0), first ? 1000.0 : opt.warmup_ms, nullptr);
         first = false;
-        const double estimate = median(time_launches_ms(launch, 3, 1, nullptr));
+        const double estimate = median(time_launches_ms(launcher(0), 3, 1, nullptr));
         const int inner = std::max(1, int(std::ceil(2.0 / std::max(estimate, 1e-3))));  // >= ~2 ms per timing
-        const auto times = time_launches_ms(launch, opt.trials, inner, nullptr);
-        const double t_ms = median(times);
-        const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;
-        const double tflops = flops / (t_ms * 1e-3) / 1e12;
-        const std::string tile = attention::describe(attention::fwd_tile_shape(attention::flash_fwd_tile_config(p, num_sms)));
-        std::printf("%5d %6d %7d %12.4f %10.1f  %s\n", d, h, m, t_ms, tflops, tile.c_str());
-        std::fflush(stdout);
-        points.push_back({{"head_dim", d},
-                          {"heads", h},
-                          {"seqlen", m},
-                          {"batch", opt.batch},
-                          {"time_ms", t_ms},
-                          {"tflops", tflops},
-                          {"launches_per_timing", inner},
-                          {"times_ms", times},
-                          {"tile", tile}});
+        std::vector<std::vector<double>> times(variants.size());
+        for (int t = 0; t < opt.trials; ++t)
+          for (std::size_t i = 0; i < variants.size(); ++i) times[i].push_back(time_launches_ms(launcher(i), 1, inner, nullptr)[0]);
+        for (std::size_t i = 0; i < variants.size(); ++i) {
+          const double t_ms = median(times[i]);
+          const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;
+          const double tflops = flops / (t_ms * 1e-3) / 1e12;
+          const attention::FwdTileConfigId id = variants[i].tile_config.value_or(attention::flash_fwd_tile_config(p, num_sms));
+          const std::string tile = attention::describe(attention::fwd_tile_shape(id));
+          const double vs_first = median_ratio(times[0], times[i]);
+          std::printf("%5d %6d %7d %12.4f %10.1f  %s (%s)%s\n", d, h, m, t_ms, tflops, tile.c_str(), attention::kFwdTileConfigNames[int(id)],
+                      i ? (" speed vs the first: " + std::to_string(vs_first)).c_str() : "");
+          std::fflush(stdout);
+          points.push_back({{"head_dim", d},
+                            {"heads", h},
+                            {"seqlen", m},
+                            {"batch", opt.batch},
+                            {"time_ms", t_ms},
+                            {"tflops", tflops},
+                            {"launches_per_timing", inner},
+                            {"times_ms", times[i]},
+                            {"tile", tile},
+                            {"tile_config", attention::kFwdTileConfigNames[int(id)]},
+                            {"forced", variants[i].tile_config.has_value()},
+                            {"speed_vs_first_median_of_trials", vs_first}});
+        }
       }
     }
   }
@@ -408,6 +484,8 @@ void add_attention_command(CLI::App& app) {
   add_number(bench, "--warmup-ms", bench_opt->warmup_ms, 0, 600000, "Warm-up per point, ms (the first point warms 1 s)");
   add_path(bench, "--out", bench_opt->out, "Write the results as JSON to this file");
   add_path(bench, "--json", bench_opt->out, "")->group("");  // the old name of --out, hidden
+  add_list(bench, "--tile-configs", bench_opt->tile_configs,
+           "Tile configurations to time in turn, by name (src/attention/tile_shapes.hpp; default: the launcher's choice)");
   bench->callback([bench_opt] { run_bench(*bench_opt); });
 
   add_ulysses_command(*cmd);

@@ -381,13 +381,6 @@ class VariantTimer {
   std::vector<cudaGraphExec_t> execs_;
 };
 
-// The median over trials of a / b, trial by trial.
-double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> r(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) r[i] = a[i] / b[i];
-  return median(r);
-}
-
 int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
   const int P = rt ? rt->world_size() : args.virtual_ranks;
   const bool lead = !rt || rt->rank() == 0;

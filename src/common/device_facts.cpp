@@ -67,12 +67,10 @@ void require_sm90(int device) {
                       std::to_string(f.cc_minor) + "; xstage's kernels are built for sm_90a (Hopper: H100, H200, GH200)");
 }
 
-void SharedMemoryOptIn::ensure(const void* kernel, std::size_t bytes) {
-  int device = 0;
-  XSTAGE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
+void SharedMemoryOptIn::ensure(const void* kernel, std::size_t bytes, const DeviceFacts& f) {
+  const int device = f.device;
+  const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t(1) << device : 0;
   if (bit && (devices_.load(std::memory_order_acquire) & bit)) return;
-  const DeviceFacts& f = device_facts(device);
   if (bytes > static_cast<std::size_t>(f.smem_optin_bytes))
     throw PlatformError("a kernel needs " + std::to_string(bytes) + " bytes of shared memory per block; CUDA device " +
                         std::to_string(device) + " offers " + std::to_string(f.smem_optin_bytes));

@@ -33,9 +33,11 @@ void require_sm90(int device);
 // the first time on each device (devices 0..63; beyond, every time).
 class SharedMemoryOptIn {
  public:
-  // On the current device: `kernel` (a __global__ function's address) may use `bytes`. Throws PlatformError
-  // when the device offers less.
-  void ensure(const void* kernel, std::size_t bytes);
+  // On `device`, which must be the current device: `kernel` (a __global__ function's address) may use `bytes`.
+  // Throws PlatformError when the device offers less.
+  void ensure(const void* kernel, std::size_t bytes, const DeviceFacts& device);
+  // The same on the current device (asked of CUDA).
+  void ensure(const void* kernel, std::size_t bytes) { ensure(kernel, bytes, current_device_facts()); }
 
  private:
   std::atomic<std::uint64_t> devices_{0};  // bit d: done on device d

@@ -26,4 +26,11 @@ inline double quantile(std::vector<double> v, double q) {
   return v[static_cast<std::size_t>(k)];
 }
 
+// The median over trials of a[i] / b[i], trial by trial (two variants timed in turn); NaN for no values.
+inline double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r(std::min(a.size(), b.size()));
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = a[i] / b[i];
+  return median(r);
+}
+
 }  // namespace xstage

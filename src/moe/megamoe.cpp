@@ -46,6 +46,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeLayerPlan& plan, comm::Runtime& rt)
   for (int r = 0; r < pr.P_ranks; ++r)
     launch_.peer[r] = r == rt_.rank() ? launch_.local : static_cast<char*>(buffer_->peer_pointer(r));
   launch_.rank = rt_.rank();
+  launch_.device = rt_.device();
   launch_.grid = plan_.grid;
   launch_.schedule = plan_.schedule;
   launch_.D_rows = plan_.D_rows;
@@ -82,17 +83,16 @@ void FusedMoeLayer::enqueue(const MoeLayerViews& v, cudaStream_t stream) {
     throw PlatformError("MegaMoE: an earlier call failed (" + describe(*failure, state_.timeout_s()) + ")" + kRecovery);
   const SymmetricWindow& window = plan_.window;
   char* local = launch_.local;
-  enqueue_prologue(local, window.epochs, rt_.rank(), pr.P_ranks, launch_.wait, launch_.calls, stream);
-  XSTAGE_CUDA_CHECK(cudaMemsetAsync(local + window.counters.region.offset_bytes, 0, window.counters.region.size_bytes, stream));
+  const bool fp8 = pr.dtype == DType::fp8_e4m3;
+  // Waits for the peers to have read this rank's data of the previous call, zeroes the counters, copies the bf16
+  // tokens into the window, routes.
+  enqueue_call_start(v.topk_ids, fp8 || v.tokens == 0 ? nullptr : v.tokens_bf16, v.tokens, pr, rt_.rank(), plan_.grid, local,
+                     window, router_input_.device(), launch_.wait, launch_.calls, stream);
   if constexpr (kMoeStats) XSTAGE_CUDA_CHECK(cudaMemsetAsync(stats_.get(), 0, stats_.bytes(), stream));
-  if (v.tokens > 0 && pr.dtype == DType::fp8_e4m3)  // W8A8: each source quantizes its own tokens 1×128
+  if (v.tokens > 0 && fp8)  // W8A8: each source quantizes its own tokens 1×128
     quantize_rows_fp8(static_cast<const __nv_bfloat16*>(v.tokens_bf16), pr.h_hidden, v.tokens, pr.h_hidden,
                       reinterpret_cast<std::uint8_t*>(local + window.tokens.region.offset_bytes), window.tokens.row_pitch_bytes,
                       reinterpret_cast<float*>(local + window.tokens.scales.offset_bytes), window.tokens.scale_blocks, 1, stream);
-  else if (v.tokens > 0)
-    XSTAGE_CUDA_CHECK(cudaMemcpyAsync(local + window.tokens.region.offset_bytes, v.tokens_bf16,
-                                      static_cast<std::size_t>(v.tokens) * window.tokens.row_pitch_bytes, cudaMemcpyDeviceToDevice, stream));
-  enqueue_route(v.topk_ids, v.tokens, pr, local, window, router_input_.device(), launch_.calls, stream);
 
   MegaMoeLaunch l = launch_;
   l.tokens = v.tokens;

@@ -131,8 +131,10 @@ void* current_stream(const Tensor& t) {
   return stream;
 }
 
-std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double softmax_scale, bool return_lse) {
+std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double softmax_scale, bool return_lse,
+                                           std::optional<Tensor> key_lengths) {
   const xstage_tensor dq = describe(q), dk = describe(k), dv = describe(v);
+  const std::optional<xstage_tensor> dlengths = key_lengths ? std::optional(describe(*key_lengths)) : std::nullopt;
   // The outputs' shapes come from q's: it must have them (the C ABI checks everything else).
   if (dq.ndim != 4)
     fail(XSTAGE_ERROR_INPUT, "xstage_flash_attention_forward: q must be 4-D [batch, seqlen, heads, head_dim]; got " +
@@ -141,8 +143,9 @@ std::tuple<Tensor, Tensor> flash_attention(Tensor q, Tensor k, Tensor v, double 
   Tensor out = empty({b, m, h, d}, aoti_torch_dtype_bfloat16(), q);
   Tensor lse = return_lse ? empty({b, h, m}, aoti_torch_dtype_float32(), q) : empty({0}, aoti_torch_dtype_float32(), q);
   const xstage_tensor dout = describe(out), dlse = describe(lse);
-  check(xstage_flash_attention_forward_trusted(&dq, &dk, &dv, &dout, return_lse ? &dlse : nullptr,
-                                               static_cast<float>(softmax_scale), current_stream(q)));
+  check(xstage_flash_attention_forward_key_lengths_trusted(&dq, &dk, &dv, dlengths ? &*dlengths : nullptr, &dout,
+                                                           return_lse ? &dlse : nullptr, static_cast<float>(softmax_scale),
+                                                           current_stream(q)));
   return {out, lse};
 }
 
@@ -171,11 +174,12 @@ Tensor moe(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w1, Tensor w2,
   const std::optional<xstage_tensor> ds2 = w2_scales ? std::optional(describe(*w2_scales)) : std::nullopt;
 
   // What selects the layer: everything moe.py's layer key holds. Operands of other ranks cannot be read
-  // into a key: they go to Python, whose checks reject them.
-  std::string key;
+  // into a key: they go to Python, whose checks reject them. (The thread's buffer is reused: no allocation.)
+  thread_local std::string key;
+  key.clear();
   const bool keyed = dx.ndim == 2 && dids.ndim == 2 && dw2.ndim == 3;
   if (keyed) {
-    key = group;
+    key += group;
     key.push_back('\0');
     key += schedule;
     key.push_back('\0');
@@ -229,12 +233,48 @@ Tensor moe(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w1, Tensor w2,
   return out;
 }
 
+// A string argument of a boxed call: the stable ABI hands over a StringHandle the kernel owns. TORCH_BOX's
+// conversion (torch/csrc/stable/stableivalue_conversions.h, ToImpl<std::string>, torch 2.10 and 2.11) returns a
+// copy of a std::string it allocates and never frees: one leaked object per string argument per call. This one
+// frees the handle and allocates nothing else.
+std::string take_string(StableIValue value) {
+  const StringHandle handle = torch::stable::detail::to<StringHandle>(value);
+  size_t length = 0;
+  const char* data = nullptr;
+  const AOTITorchError read = torch_string_length(handle, &length) | torch_string_c_str(handle, &data);
+  std::string text = read == AOTI_TORCH_SUCCESS ? std::string(data, length) : std::string();
+  check_shim(torch_delete_string(handle), "torch_delete_string");
+  check_shim(read, "reading a string argument");
+  return text;
+}
+
+// moe's boxed kernel, by hand rather than TORCH_BOX for its two string arguments (take_string).
+void moe_boxed(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+  using torch::stable::detail::from;
+  using torch::stable::detail::to;
+  if (num_args != 14 || num_outputs != 1)
+    fail(XSTAGE_ERROR_OTHER, "xstage.moe: the registered schema has " + std::to_string(num_args) + " arguments and " +
+                                 std::to_string(num_outputs) + " outputs; this kernel takes 14 and returns 1");
+  // Every argument is taken (owned) before anything can throw, so that none leaks.
+  Tensor x = to<Tensor>(stack[0]), topk_ids = to<Tensor>(stack[1]), topk_weights = to<Tensor>(stack[2]),
+         w1 = to<Tensor>(stack[3]), w2 = to<Tensor>(stack[4]);
+  std::optional<Tensor> w1_scales = to<std::optional<Tensor>>(stack[5]), w2_scales = to<std::optional<Tensor>>(stack[6]);
+  std::string group = take_string(stack[7]);
+  const int64_t max_tokens = to<int64_t>(stack[8]), tile_n = to<int64_t>(stack[9]);
+  std::string schedule = take_string(stack[10]);
+  const int64_t cluster_n = to<int64_t>(stack[11]), cluster_m = to<int64_t>(stack[12]);
+  const double timeout_s = to<double>(stack[13]);
+  stack[0] = from(moe(std::move(x), std::move(topk_ids), std::move(topk_weights), std::move(w1), std::move(w2),
+                      std::move(w1_scales), std::move(w2_scales), std::move(group), max_tokens, tile_n, std::move(schedule),
+                      cluster_n, cluster_m, timeout_s));
+}
+
 }  // namespace
 }  // namespace xstage::torch_ops
 
 STABLE_TORCH_LIBRARY_IMPL(xstage, CUDA, m) {
   m.impl("flash_attention", TORCH_BOX(&xstage::torch_ops::flash_attention));
-  m.impl("moe", TORCH_BOX(&xstage::torch_ops::moe));
+  m.impl("moe", &xstage::torch_ops::moe_boxed);
 }
 
 // For python/xstage/_ops.py (ctypes).

@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attention/flash_fwd.hpp"
 #include "attention/flash_fwd_params.hpp"
+#include "attention/reference.hpp"
 #include "attention/tile_shapes.hpp"
 #include "common/error.hpp"
 
@@ -116,6 +118,58 @@ TEST(Validate, RejectsAForcedConfigurationOfAnotherHeadDim) {
   a = valid_args(64);
   a.tile_config = FwdTileConfigId::kHdim64Rows192;
   EXPECT_EQ(error_of(a), "");
+}
+
+TEST(Validate, PerBatchKeyLengthsNeedOnlyAnAlignedPointer) {
+  FlashFwdArgs a = valid_args();
+  static const int32_t lengths[4] = {1, 1000, 0, -3};  // values are the kernel's to clamp: never read here
+  a.seqlen_k_per_batch = lengths;
+  EXPECT_EQ(error_of(a), "");
+  a.seqlen_k_per_batch = reinterpret_cast<const int32_t*>(reinterpret_cast<uintptr_t>(lengths) + 2);
+  EXPECT_NE(error_of(a).find("per-batch key lengths pointer"), std::string::npos);
+  EXPECT_NE(error_of(a).find("is not 4-byte aligned"), std::string::npos);
+}
+
+TEST(ClampSeqlenK, KeepsEveryRowWithinItsKeys) {
+  EXPECT_EQ(clamp_seqlen_k(1, 300), 1);
+  EXPECT_EQ(clamp_seqlen_k(193, 300), 193);
+  EXPECT_EQ(clamp_seqlen_k(300, 300), 300);
+  EXPECT_EQ(clamp_seqlen_k(301, 300), 300);
+  EXPECT_EQ(clamp_seqlen_k(0, 300), 1);
+  EXPECT_EQ(clamp_seqlen_k(-5, 300), 1);
+  EXPECT_EQ(clamp_seqlen_k(INT32_MAX, 1), 1);
+}
+
+TEST(ReferenceCpu, PerBatchKeyLengthsAttendToTheFirstKeysOnly) {
+  // Sequence 0 keeps 2 of its 5 keys, sequence 1 all (7 clamps to 5): equal to the reference on the kept keys alone.
+  FlashFwdProblem p;
+  p.batch = 2;
+  p.seqlen_q = 3;
+  p.seqlen_k = 5;
+  p.heads = 1;
+  p.head_dim = 64;
+  p.softmax_scale = 0.125f;
+  p.q = p.o = packed_bmhd_strides(3, 1, 64);
+  p.k = p.v = packed_bmhd_strides(5, 1, 64);
+  std::vector<uint16_t> q(2 * 3 * 64), k(2 * 5 * 64), v(2 * 5 * 64);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = uint16_t(0x3f80 + (i * 37) % 97);  // bf16 values around 1..2
+  for (size_t i = 0; i < k.size(); ++i) k[i] = uint16_t(0x3f00 + (i * 53) % 211), v[i] = uint16_t(0xbf00 + (i * 29) % 173);
+  const int32_t lengths[2] = {2, 7};
+  std::vector<double> o, lse, o_two, lse_two, o_all, lse_all;
+  reference_attention_cpu(p, q.data(), k.data(), v.data(), o, lse, lengths);
+  FlashFwdProblem two = p;  // sequence 0 over its first two keys (same strides, fewer rows)
+  two.seqlen_k = 2;
+  reference_attention_cpu(two, q.data(), k.data(), v.data(), o_two, lse_two);
+  reference_attention_cpu(p, q.data(), k.data(), v.data(), o_all, lse_all);
+  for (int i = 0; i < 3 * 64; ++i) {
+    EXPECT_DOUBLE_EQ(o[i], o_two[i]);
+    EXPECT_DOUBLE_EQ(o[3 * 64 + i], o_all[3 * 64 + i]);
+  }
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_DOUBLE_EQ(lse[m], lse_two[m]);
+    EXPECT_DOUBLE_EQ(lse[3 + m], lse_all[3 + m]);
+    EXPECT_NE(lse[m], lse_all[m]);
+  }
 }
 
 TEST(TileDescription, NamesTheTileShape) {

@@ -41,7 +41,7 @@ def test_fullgraph_lse_shapes(fake):
     assert out.shape == (1, 4097, 3, 64) and out.dtype == BF16
     assert lse.shape == (1, 3, 4097) and lse.dtype == torch.float32
     node = next(n for g in backend.graphs for n in g.graph.nodes if n.target == torch.ops.xstage.flash_attention.default)
-    assert node.args[3:] == (0.05, True)  # scale and return_lse are baked into the graph
+    assert node.args[3:] == (0.05, True, None)  # scale and return_lse are baked into the graph; no key lengths
 
 
 def test_aot_eager_functionalizes_through_the_op(fake):
@@ -81,5 +81,6 @@ def test_bad_input_fails_at_trace_time(fake):
 def test_schema():
     schema = str(torch.ops.xstage.flash_attention.default._schema)
     assert schema == (
-        "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse) -> (Tensor, Tensor)"
+        "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse, "
+        "Tensor? key_lengths=None) -> (Tensor, Tensor)"
     )

@@ -39,11 +39,16 @@ def meta(*shape, dtype=BF16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def sdpa(q, k, v, softmax_scale=None, return_lse=False):
-    """What xstage.flash_attention computes, in fp32 SDPA (the CPU stand-in)."""
+def sdpa(q, k, v, softmax_scale=None, return_lse=False, key_lengths=None):
+    """What xstage.flash_attention computes, in fp32 SDPA (the CPU stand-in): sequence b attends to its first
+    key_lengths[b] keys, clamped to [1, seqlen_k] as the kernel clamps them."""
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
     scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
     scores = qf @ kf.transpose(-1, -2) * scale
+    if key_lengths is not None:
+        assert key_lengths.dtype == torch.int32 and key_lengths.shape == (q.shape[0],)
+        kept = torch.arange(k.shape[1])[None, :] < key_lengths.clamp(1, k.shape[1])[:, None]
+        scores = scores.masked_fill(~kept[:, None, None, :], float("-inf"))
     out = (scores.softmax(-1) @ vf).transpose(1, 2).to(q.dtype)
     return (out, torch.logsumexp(scores, -1)) if return_lse else out
 
@@ -58,10 +63,11 @@ class OpCounter(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.ops = []
+        self.ops, self.calls = [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(func)
+        self.calls.append((func, args))
         return func(*args, **(kwargs or {}))
 
     def count(self, op):
@@ -179,17 +185,33 @@ def kept(*rows):
     return torch.tensor(rows, dtype=torch.bool)
 
 
-def test_mask_groups():
-    assert xd._mask_groups(kept([1, 1, 1], [1, 1, 1])) == [(slice(None), None)]
-    assert xd._mask_groups(kept([1, 1, 0], [1, 1, 0])) == [(slice(None), 2)]
-    assert xd._mask_groups(kept([1, 1, 0], [1, 1, 1])) == [(slice(0, 1), 2), (slice(1, 2), None)]
-    groups = xd._mask_groups(kept([1, 0, 1], [1, 1, 0]))
-    assert groups[0][0] == slice(0, 1) and groups[0][1].tolist() == [0, 2] and groups[1] == (slice(1, 2), 2)
+@pytest.mark.parametrize(
+    "mask,lengths",
+    [
+        (kept([1, 1, 1, 1], [1, 1, 1, 1]), [4, 4]),  # nothing masked
+        (kept([1, 1, 0, 0], [1, 0, 0, 0]), [2, 1]),  # prefixes of their own lengths (text padding at the end)
+        (kept([0, 1, 0, 1], [1, 0, 1, 1]), [2, 3]),  # holes (Qwen-Image: padding between the text and the image)
+        (kept([0, 0, 0, 1], [1, 1, 1, 0]), [1, 3]),
+    ],
+)
+def test_kept_keys_move_first_in_their_order(mask, lengths):
+    """The kernel attends to the first lengths[b] keys: they must be exactly sequence b's kept keys, in order."""
+    b, sk, h, d = 2, mask.shape[1], 3, 64
+    key = torch.arange(b * sk, dtype=torch.float32).view(b, sk, 1, 1).expand(b, sk, h, d).to(BF16)
+    k, v, n = xd._kept_keys_first(mask[:, None, None, :], key, key + 1, seqlen_q=5)
+    assert n.dtype == torch.int32 and n.tolist() == lengths
+    assert k.shape == key.shape and k.is_contiguous()
+    for s_ in range(b):
+        ids = k[s_, : lengths[s_], 0, 0].float().sub(s_ * sk).tolist()
+        assert ids == mask[s_].nonzero().flatten().tolist()
+        assert torch.equal(v[s_, : lengths[s_]], k[s_, : lengths[s_]] + 1)
 
 
 def test_a_fully_masked_sequence_is_refused():
-    with pytest.raises(ValueError, match=r"masks every key of sequence 1 of the batch"):
-        xd._mask_groups(kept([1, 0], [0, 0]))
+    """A device-side assertion (on a GPU it fails when the GPU gets there; on the CPU at once)."""
+    q = torch.zeros(2, 5, 1, 64, dtype=BF16)
+    with pytest.raises(RuntimeError, match=r"attn_mask masks every key of a sequence of the batch"):
+        xd._kept_keys_first(kept([1, 0], [0, 0]), q[:, :2], q[:, :2], seqlen_q=5)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +220,8 @@ def test_a_fully_masked_sequence_is_refused():
         torch.tensor([True, True, False]),  # [seq_k]
         torch.tensor([[True, True, False]]),  # [batch, seq_k]
         torch.tensor([[[0.0, 0.0, float("-inf")]]]),  # [batch, 1, seq_k], additive
-        torch.tensor([0.0, 0.0, -10000.0]).view(1, 1, 1, 3).expand(1, 4, 5, 3),  # LTX: -1e4, repeated per head/query
+        torch.tensor([0.0, 0.0, -10000.0]).view(1, 1, 1, 3).expand(1, 4, 5, 3),  # -1e4, repeated per head/query
+        torch.tensor([0.0, 0.0, -10000.0]).view(1, 1, 1, 3).repeat(1, 4, 1, 1).to(BF16),  # LTX-Video: copies per head
     ],
 )
 def test_key_padding_masks(mask):
@@ -206,19 +229,72 @@ def test_key_padding_masks(mask):
 
 
 @pytest.mark.parametrize(
-    "mask,message",
+    "mask,error,message",
     [
-        (torch.ones(1, 4, dtype=torch.int64), r"attn_mask has dtype torch.int64; it must be bool"),
-        (torch.ones(1, 4, dtype=torch.bool), r"attn_mask of shape \(1, 4\) does not fit 2 sequences of 5 queries and 3 keys"),
-        (torch.ones(2, 7, 3, dtype=torch.bool), r"does not fit"),
-        (torch.tensor([[True, True, False], [True, False, False]]).view(1, 2, 1, 3).expand(2, 2, 5, 3), r"differs between heads or queries"),
-        (torch.tensor([[True, True, False], [True, False, False]]).view(1, 2, 3).expand(2, 2, 3), r"does not fit"),
-        (torch.tensor([0.0, -1.0, 0.0]), r"values other than 0 and <= -10000.0 \(a bias on the scores\)"),
+        (torch.ones(1, 4, dtype=torch.int64), TypeError, r"attn_mask has dtype torch.int64; it must be bool"),
+        (torch.ones(1, 4, dtype=torch.bool), ValueError, r"attn_mask of shape \(1, 4\) does not fit 2 sequences of 5 queries and 3 keys"),
+        (torch.ones(2, 7, 3, dtype=torch.bool), ValueError, r"does not fit"),
+        (torch.tensor([[True, True, False], [True, False, False]]).view(1, 2, 1, 3).expand(2, 2, 5, 3), RuntimeError, r"differs between heads or queries"),
+        (torch.ones(2, 5, 3, dtype=torch.bool).index_put_((torch.tensor(0), torch.tensor(1), torch.tensor(2)), torch.tensor(False)), RuntimeError, r"differs between heads or queries"),
+        (torch.tensor([[True, True, False], [True, False, False]]).view(1, 2, 3).expand(2, 2, 3), ValueError, r"does not fit"),
+        (torch.tensor([0.0, -1.0, 0.0]), RuntimeError, r"values other than 0 and <= -10000.0 \(a bias on the scores\)"),
+        (torch.tensor([0.0, 1.0, 0.0]), RuntimeError, r"values other than 0 and <= -10000.0"),
+        (torch.tensor([0.0, float("nan"), 0.0]), RuntimeError, r"values other than 0 and <= -10000.0"),
+        (torch.tensor([[0.0, 0.0, -1e4], [0.0, -1e4, -1e4]]).view(1, 2, 1, 3).expand(2, 2, 5, 3), RuntimeError,
+         r"kept keys that differ between heads or queries"),
     ],
 )
-def test_masks_that_are_not_key_padding_are_refused(mask, message):
-    with pytest.raises((ValueError, TypeError), match=message):
+def test_masks_that_are_not_key_padding_are_refused(mask, error, message):
+    """Shapes and dtypes on the host (ValueError, TypeError); values by device-side assertions, which on the CPU
+    raise RuntimeError at once."""
+    with pytest.raises(error, match=message):
         xd._kept_keys(mask, 2, 5, 3)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.ones(2, 77, dtype=torch.bool),
+        torch.zeros(2, 4, 1, 77, dtype=BF16),  # LTX-Video's additive mask, one copy per head
+        torch.ones(1, 1, 300, 77, dtype=torch.bool),
+    ],
+)
+def test_a_masked_call_reads_nothing_on_the_host(mask):
+    """On meta tensors no value exists: any host read (.item(), .tolist(), .cpu(), bool()) would raise. The mask
+    becomes key lengths and the op gets them."""
+    q, k = meta(2, 300, 4, 64), meta(2, 77, 4, 64)
+    with torch.no_grad(), OpCounter() as ops:
+        out = xd._xstage_attention(q, k, k, attn_mask=mask.to("meta"))
+    assert out.shape == q.shape and out.device.type == "meta"
+    call = [a for f, a in ops.calls if f == torch.ops.xstage.flash_attention.default]
+    assert len(call) == 1 and call[0][5].shape == (2,) and call[0][5].dtype == torch.int32
+
+
+def test_a_masked_call_compiles_to_one_graph(fake):
+    torch._dynamo.reset()
+    q, k = torch.empty(2, 300, 4, 64, dtype=BF16, device="cuda"), torch.empty(2, 77, 4, 64, dtype=BF16, device="cuda")
+    mask = torch.empty(2, 4, 1, 77, dtype=BF16, device="cuda")
+    backend = Capture()
+    out = torch.compile(lambda q, k, m: xd._xstage_attention(q, k, k, attn_mask=m), fullgraph=True, backend=backend)(q, k, mask)
+    assert out.shape == q.shape and len(backend.graphs) == 1
+    node = backend.node(torch.ops.xstage.flash_attention.default)
+    assert node.args[5] is not None  # the key lengths, computed in the graph
+
+
+@pytest.mark.parametrize("name", ["ltx", "hunyuanvideo"])
+def test_compiled_masked_model_is_one_graph(name):
+    """LTX-Video's cross-attention to padded text (an additive mask) and HunyuanVideo's joint attention (a boolean
+    one): the whole transformer in one graph, the masked call with key lengths. (Qwen-Image's own code reads its
+    mask's values to find the text length, so it does not trace on meta tensors.)"""
+    torch._dynamo.reset()
+    model, inputs = dit_models.build(name, "tiny", "meta")
+    model.set_attention_backend("xstage")
+    backend = Capture()
+    with torch.no_grad():
+        out = dit_models.output(torch.compile(model, fullgraph=True, backend=backend)(**inputs))
+    assert out.device.type == "meta" and len(backend.graphs) == 1
+    calls = [n for g in backend.graphs for n in g.graph.nodes if n.target == torch.ops.xstage.flash_attention.default]
+    assert any(len(n.args) > 5 and n.args[5] is not None for n in calls)
 
 
 @pytest.mark.parametrize("name", ["qwenimage", "hunyuanvideo", "ltx"])

@@ -148,6 +148,15 @@ def test_torch_library_meets_the_wheels_manylinux_tag(c_library):
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
+def test_library_takes_no_driver_symbol(c_library):
+    """CuTe's TMA descriptors go through the library's own cuTensorMapEncodeTiled (src/common/tma_encode.hpp, the
+    driver's function looked up at run time): nothing of libcuda is left for the loader to find."""
+    out = subprocess.run(["nm", "-D", "--undefined-only", _library_file()], capture_output=True, text=True, check=True)
+    undefined = {line.split()[-1].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
+    assert not [name for name in undefined if name.startswith("cu") and not name.startswith("cuda")], sorted(undefined)
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
 def test_library_exports_only_the_c_abi(c_library):
     out = subprocess.run(["nm", "-D", "--defined-only", _library_file()], capture_output=True, text=True, check=True)
     exported = {line.split()[-1] for line in out.stdout.splitlines() if line.split()[1:2] == ["T"]}
@@ -159,6 +168,8 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_check_device",
         "xstage_flash_attention_forward",
         "xstage_flash_attention_forward_trusted",
+        "xstage_flash_attention_forward_key_lengths",
+        "xstage_flash_attention_forward_key_lengths_trusted",
         "xstage_comm_unique_id",
         "xstage_comm_create",
         "xstage_comm_info",

@@ -23,7 +23,8 @@ from xstage import _capi, _ops
 BF16 = torch.bfloat16
 CUDA_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 ATTENTION_SCHEMA = (
-    "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse) -> (Tensor, Tensor)"
+    "xstage::flash_attention(Tensor q, Tensor k, Tensor v, float softmax_scale, bool return_lse, Tensor? key_lengths=None) "
+    "-> (Tensor, Tensor)"
 )
 
 
@@ -78,7 +79,7 @@ def test_uses_only_the_stable_c_abi(torch_library):
     torch_cpp = [n for n in names if re.match(r"_ZN(K)?(3c10|2at|5torch|6caffe2)", n)]
     assert torch_cpp == []
     assert any(n.startswith("aoti_torch_") for n in names)
-    assert {"xstage_flash_attention_forward_trusted", "xstage_moe_forward_trusted"} <= set(names)
+    assert {"xstage_flash_attention_forward_key_lengths_trusted", "xstage_moe_forward_trusted"} <= set(names)
 
 
 def test_attention_kernel_reaches_the_c_checks(torch_library):
@@ -159,6 +160,38 @@ def test_moe_kernel_caches_the_layer_per_configuration(torch_library, monkeypatc
         forget()
     call(16, 64)
     assert len(asked) == 5
+
+
+def test_moe_kernel_leaks_nothing_per_call(torch_library, monkeypatch):
+    """The kernel takes its two string arguments without TORCH_BOX, whose conversion (torch 2.10, 2.11) leaks a copy
+    of each per call: 5000 calls with long group and schedule names would leave ~2 MB behind (glibc's count of the
+    heap bytes in use)."""
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("no glibc mallinfo2 (glibc < 2.33)")
+    libc.mallinfo2.restype = MallInfo2
+    fake_layer = ctypes.create_string_buffer(4096)
+    monkeypatch.setattr(_ops, "_moe_resolver", lambda *a: ctypes.addressof(fake_layer))
+    for forget in _capi.forget_layer_handles:
+        forget()
+    x, ids, wts, w1, w2 = _moe_operands()
+
+    def call():
+        with pytest.raises(RuntimeError, match=r"^xstage\.InputError: xstage_moe_forward: "):  # the C library refuses the fake
+            torch.ops.xstage.moe.default.redispatch(CUDA_KEY, x, ids, wts, w1, w2, None, None, "g" * 200, 64, 0, "s" * 100, 0, 1, 10.0)
+
+    for _ in range(500):
+        call()
+    before = libc.mallinfo2().uordblks
+    for _ in range(5000):
+        call()
+    assert libc.mallinfo2().uordblks - before < 100_000
 
 
 def test_creating_a_communicator_forgets_the_cached_layers(torch_library, monkeypatch):

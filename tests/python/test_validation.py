@@ -115,6 +115,34 @@ def test_bad_softmax_scale(fake, scale):
         xstage.flash_attention(q, q, q, softmax_scale=scale)
 
 
+def test_key_lengths_give_the_same_shapes(fake):
+    q, k = cuda(3, 300, 5, 128), cuda(3, 77, 5, 128)
+    lengths = cuda(3, dtype=torch.int32)
+    out, lse = xstage.flash_attention(q, k, k, return_lse=True, key_lengths=lengths)
+    assert out.shape == q.shape and lse.shape == (3, 5, 300)
+    assert xstage.flash_attention(q[:1], k[:1], k[:1], key_lengths=cuda(1, dtype=torch.int32)[::1]).shape == (1, 300, 5, 128)
+    one = cuda(4, dtype=torch.int32)[::4]  # batch 1: the stride of a single length does not matter
+    assert xstage.flash_attention(q[:1], k[:1], k[:1], key_lengths=one).shape == (1, 300, 5, 128)
+
+
+@pytest.mark.parametrize(
+    "lengths,error,message",
+    [
+        (lambda: [3, 3], TypeError, r"key_lengths must be a torch.Tensor or None, got list"),
+        (lambda: cuda(3, dtype=torch.int64), TypeError, r"key_lengths has dtype torch.int64; it must be torch.int32"),
+        (lambda: cuda(3, dtype=torch.float32), TypeError, r"key_lengths has dtype torch.float32"),
+        (lambda: cuda(2, dtype=torch.int32), ValueError, r"key_lengths has shape \(2,\); it must be \[batch\] = \[3\]"),
+        (lambda: cuda(3, 1, dtype=torch.int32), ValueError, r"key_lengths has shape \(3, 1\)"),
+        (lambda: cuda(6, dtype=torch.int32)[::2], ValueError, r"key_lengths has stride 2; it must be contiguous"),
+        (lambda: torch.empty(3, dtype=torch.int32, device="cpu"), ValueError, r"key_lengths is on cpu but q is on cuda:0"),
+    ],
+)
+def test_bad_key_lengths(fake, lengths, error, message):
+    q = cuda(3, 64, 2, 64)
+    with pytest.raises(error, match=message):
+        xstage.flash_attention(q, q, q, key_lengths=lengths())
+
+
 def test_cpu_tensors_say_cuda_is_needed():
     q = torch.zeros(1, 64, 2, 64, dtype=BF16)
     with pytest.raises(ValueError, match=r"q is a cpu tensor; xstage.flash_attention runs on CUDA tensors"):
@@ -170,6 +198,43 @@ C_CASES = {
     "alignment": ((ct(Q, data=ADDR + 8), ct(Q), ct(Q), ct(Q), None), "not 16-byte aligned"),
     "empty": ((ct([1, 0, 2, 64]), ct(Q), ct(Q), ct([1, 0, 2, 64]), None), "empty attention"),
 }
+
+
+I32 = _capi.DTYPE_INT32
+# Per-sequence key lengths (the C library checks their metadata and alignment, never their values).
+LENGTH_CASES = {
+    "dtype": (ct([1], dtype=_capi.DTYPE_INT64), "key_lengths has dtype int64; it must be int32"),
+    "shape": (ct([2], dtype=I32), r"key_lengths has shape \[2\]; it must be \[batch\] = \[1\]"),
+    "ndim": (ct([1, 1], dtype=I32), r"key_lengths has shape \[1, 1\]; it must be \[batch\]"),
+    "host": (ct([1], dtype=I32, device=-1), r"key_lengths is in host memory"),
+    "device": (ct([1], dtype=I32, device=1), r"key_lengths is on CUDA device 1 but q is on CUDA device 0"),
+    "null": (ct([1], dtype=I32, data=0), r"key_lengths has a NULL data pointer"),
+    "alignment": (ct([1], dtype=I32, data=ADDR + 2), r"key_lengths's data pointer is not 4-byte aligned"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LENGTH_CASES))
+def test_c_library_rejects_bad_key_lengths(c_library, case):
+    lengths, message = LENGTH_CASES[case]
+    with pytest.raises(xstage.InputError, match=message) as info:
+        _capi.flash_attention_forward(ct(Q), ct(Q), ct(Q), ct(Q), None, 0.125, 0, lengths)
+    assert str(info.value).startswith("xstage_flash_attention_forward: ")
+
+
+def test_c_library_rejects_non_contiguous_key_lengths(c_library):
+    q = ct([3, 100, 2, 64])
+    with pytest.raises(xstage.InputError, match=r"key_lengths is not contiguous \(shape \[3\], strides \[2\]\)"):
+        _capi.flash_attention_forward(q, q, q, q, None, 0.125, 0, ct([3], dtype=I32, strides=[2]))
+
+
+def test_c_library_takes_key_lengths_of_any_value_without_gpu(c_library):
+    """The values are never read on the host (a made-up device address): the call gets past every argument check
+    to CUDA, which fails only for want of a GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    q = ct([3, 100, 2, 64])
+    with pytest.raises(xstage.PlatformError, match="CUDA is not usable"):
+        _capi.flash_attention_forward(q, q, q, q, None, 0.125, 0, ct([3], dtype=I32, data=ADDR + 4))
 
 
 @pytest.mark.parametrize("case", sorted(C_CASES))

@@ -54,7 +54,8 @@ static Tensor empty(std::initializer_list<int64_t> shape, int32_t dtype, const T
   return Tensor(h);
 }
 
-static std::tuple<Tensor, Tensor> attention(Tensor q, Tensor k, Tensor v, double scale, bool return_lse) {
+static std::tuple<Tensor, Tensor> attention(Tensor q, Tensor k, Tensor v, double scale, bool return_lse,
+                                            std::optional<Tensor> key_lengths) {
   const auto s = q.sizes();
   Tensor out = empty({s[0], s[1], s[2], s[3]}, aoti_torch_dtype_bfloat16(), q);
   Tensor lse = return_lse ? empty({s[0], s[2], s[1]}, aoti_torch_dtype_float32(), q) : empty({0}, aoti_torch_dtype_float32(), q);
@@ -113,7 +114,7 @@ def main():
         schema = str(op._schema).split("(", 1)[1]
         for suffix in ("cpp", "python"):
             lib.define(f"{name}_{suffix}({schema}")
-    lib.impl("flash_attention_python", lambda q, k, v, s, r: (
+    lib.impl("flash_attention_python", lambda q, k, v, s, r, n=None: (
         torch.empty((q.shape[0], q.shape[1], q.shape[2], q.shape[3]), dtype=torch.bfloat16, device=q.device),
         torch.empty((q.shape[0], q.shape[2], q.shape[1]) if r else (0,), dtype=torch.float32, device=q.device)), "CPU")
     lib.impl("moe_python", lambda x, *rest: torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device), "CPU")

@@ -13,7 +13,11 @@ holds the host back:
               else the Python implementations), the C ABI on prepared descriptors (`_trusted`: what the C++
               kernels call; checked: what the Python implementations call), the Python implementations called
               through torch's dispatcher (the ctypes path, registered here under another name), and the pieces
-              of that path (descriptors, output allocation, checks, dispatch of ops that launch nothing)
+              of that path (descriptors, output allocation, checks, dispatch of ops that launch nothing).
+              The C library keeps the TMA descriptors of the last few thousand argument sets (src/common/
+              tma_encode.hpp): calls on the same tensors find theirs kept; the "distinct tensors" pieces take
+              turns over more sets of tensors than it keeps, so that their calls encode them (the op allocates
+              its output at the address it had the call before: that one is kept)
   derived     the public function less the op (its Python work), the op less the `_trusted` C ABI call (torch's
               dispatch into C++ and the output allocations, where the C++ kernels serve the op)
 
@@ -30,6 +34,7 @@ import argparse
 import ctypes
 import glob
 import importlib
+import itertools
 import json
 import os
 import statistics
@@ -44,6 +49,7 @@ import xstage
 from xstage import _capi, _ops, _tensors, attention
 
 moe_module = importlib.import_module("xstage.moe")  # the module (xstage.moe is the function)
+DISTINCT_SETS = 1100
 
 
 def per_call_us(fn, calls):
@@ -106,6 +112,11 @@ def attention_pieces(lib):
     python_op = _python_op("flash_attention_python", attention._flash_attention_impl, attention._flash_attention_fake)
     ref = lambda t: ctypes.byref(t)  # noqa: E731
     s = ctypes.c_void_p(stream or None)
+    # More sets of [q, k, v, out] than the descriptor cache keeps (4096 descriptors, four a call), taken in turn.
+    sets = [[torch.randn(1, 128, 1, 64, device="cuda").to(torch.bfloat16) for _ in range(4)] for _ in range(DISTINCT_SETS)]
+    keep_alive = [[_tensors.c_tensor(t) for t in group] for group in sets]  # the descriptors byref points into
+    described = [[ctypes.byref(d) for d in group] for group in keep_alive]
+    turn = itertools.cycle(range(DISTINCT_SETS))
     pieces = {
         "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt),
         "attention: public function": lambda: xstage.flash_attention(q, k, v),
@@ -113,6 +124,10 @@ def attention_pieces(lib):
         "attention: C ABI, trusted (prepared descriptors)": lambda: lib.xstage_flash_attention_forward_trusted(
             ref(cq), ref(ck), ref(cv), ref(co), None, ctypes.c_float(0.125), s),
         "attention: C ABI, checked (prepared descriptors)": lambda: _capi.flash_attention_forward(cq, ck, cv, co, None, 0.125, stream),
+        "attention: C ABI, trusted, distinct tensors in turn (4 TMA descriptors encoded)": lambda: (lambda d: lib.xstage_flash_attention_forward_trusted(
+            d[0], d[1], d[2], d[3], None, ctypes.c_float(0.125), s))(described[next(turn)]),
+        "attention: torch op, distinct q, k, v in turn (3 TMA descriptors encoded)": lambda: (lambda t: torch.ops.xstage.flash_attention.default(
+            t[0], t[1], t[2], 0.125, False))(sets[next(turn)]),
         "attention: Python implementation through torch (ctypes path)": lambda: python_op(q, k, v, 0.125, False),
         "attention: dispatch, custom_op (no launch)": lambda: noop_custom_op(q, k, v, 0.125, False),
         "attention: dispatch, library impl (no launch)": lambda: torch.ops.xstage_host_costs.noop_impl(q, k, v, 0.125, False),

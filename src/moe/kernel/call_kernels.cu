@@ -1,5 +1,6 @@
 #include "moe/kernel/call_kernels.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "comm/device/bounded_wait.cuh"
@@ -10,14 +11,6 @@
 
 namespace xstage::moe {
 namespace {
-
-__global__ void prologue_kernel(char* local, EpochFlags flags, int rank, int P, comm::WaitContext wait, comm::CallEpochView calls) {
-  const int peer = threadIdx.x;
-  const std::uint32_t epoch = comm::current_call(calls);
-  if (peer < P && peer != rank)
-    comm::wait_counter<true>(wait, reinterpret_cast<const std::uint32_t*>(local + flags.peer_finished(peer)), epoch - 1,
-                             static_cast<int>(MoeWait::peer_finished), peer);
-}
 
 // A dropped pair: its combine row zeroed (no owner stores it this call, and the reduction sums every j: the
 // pair adds nothing to its token's output), counted, and the first one after the host re-armed the sample kept.
@@ -40,15 +33,37 @@ __device__ void drop_pair(char* local, const CombineBuffer& combine, int h_hidde
   v->sampled = 1u;
 }
 
-// Block e lists this rank's pairs t·k + j with ids[t][j] == e in token order (a stable compaction: ballots
-// within a warp, warp totals across the block), and stores their count. Block 0 also checks every token's
-// ids: one outside [0, E) matches no block, and of an expert repeated in a token's top-k only the first j is
-// listed, so the lists stay consistent (the owners and this rank's reduction agree on what is stored) and the
-// call completes; the other pairs are dropped.
+// Every block: the wait on the peers' peer_finished flags (threads 0..P-1, the others held at the barrier), then its
+// share of the counters zeroed and of the bf16 tokens copied into the window, then (blocks e < E) the route of
+// expert e = blockIdx.x. Block e lists this rank's pairs t·k + j
+// with ids[t][j] == e in token order (a stable compaction: ballots within a warp, warp totals across the block),
+// and stores their count. Block 0 also checks every token's ids: one outside [0, E) matches no block, and of an
+// expert repeated in a token's top-k only the first j is listed, so the lists stay consistent (the owners and this
+// rank's reduction agree on what is stored) and the call completes; the other pairs are dropped. A wait that times
+// out has recorded the failure and raised the op's abort flag; the block goes on, as the main kernel (which
+// gives up at once) does.
 constexpr int kRouteThreads = 256;
-__global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t* ids, int tokens, int k, int E, int h_hidden_16B,
-                                                              char* local, SendLists send, CombineBuffer combine,
-                                                              RouterInputReport* report, comm::CallEpochView calls) {
+static_assert(kRouteThreads >= kMaxEpRanks, "a thread per peer for the wait");
+__global__ void __launch_bounds__(kRouteThreads) call_start_kernel(const std::int32_t* ids, int tokens, int k, int E, int h_hidden_16B,
+                                                                   char* local, SendLists send, CombineBuffer combine,
+                                                                   EpochFlags flags, std::int64_t counters_offset,
+                                                                   std::int64_t counters_words, const uint4* tokens_in,
+                                                                   std::int64_t tokens_offset, std::int64_t tokens_16B,
+                                                                   int rank, int P, RouterInputReport* report,
+                                                                   comm::WaitContext wait, comm::CallEpochView calls) {
+  const int peer = threadIdx.x;
+  if (peer < P && peer != rank)
+    comm::wait_counter<true>(wait, reinterpret_cast<const std::uint32_t*>(local + flags.peer_finished(peer)),
+                             comm::current_call(calls) - 1, static_cast<int>(MoeWait::peer_finished), peer);
+  __syncthreads();
+  std::uint32_t* counters = reinterpret_cast<std::uint32_t*>(local + counters_offset);
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = first; i < counters_words; i += step) counters[i] = 0u;
+  uint4* tokens_out = reinterpret_cast<uint4*>(local + tokens_offset);
+  for (std::int64_t i = first; i < tokens_16B; i += step) tokens_out[i] = tokens_in[i];
+  if (static_cast<int>(blockIdx.x) >= E) return;  // a block of the copy only
+
   __shared__ int warp_total[kRouteThreads / 32];
   const int e = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (e == 0)
@@ -92,16 +107,18 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const std::int32_t
 
 }  // namespace
 
-void enqueue_prologue(char* local, const EpochFlags& flags, int rank, int P, const comm::WaitContext& wait,
-                      const comm::CallEpochView& calls, cudaStream_t stream) {
-  launch_kernel(prologue_kernel, 1, kMaxEpRanks, 0, stream, local, flags, rank, P, wait, calls);
-}
-
-void enqueue_route(const std::int32_t* topk_ids, int tokens, const MoeProblem& pr, char* local, const SymmetricWindow& window,
-                   RouterInputReport* report, const comm::CallEpochView& calls, cudaStream_t stream) {
+void enqueue_call_start(const std::int32_t* topk_ids, const void* tokens_bf16, int tokens, const MoeProblem& pr, int rank,
+                        int sm_count, char* local, const SymmetricWindow& window, RouterInputReport* report,
+                        const comm::WaitContext& wait, const comm::CallEpochView& calls, cudaStream_t stream) {
   const int h_hidden_16B = static_cast<int>(window.combine.row_pitch_bytes / 16);
-  launch_kernel(route_kernel, pr.E_experts, kRouteThreads, 0, stream, topk_ids, tokens, pr.top_k, pr.E_experts, h_hidden_16B, local,
-                window.send, window.combine, report, calls);
+  const std::int64_t tokens_16B = tokens_bf16 ? static_cast<std::int64_t>(tokens) * window.tokens.row_pitch_bytes / 16 : 0;
+  // The copy wants the whole GPU (a few hundred bytes in flight per thread): blocks beyond the experts' copy only.
+  const std::int64_t copy_blocks = std::min<std::int64_t>(4LL * sm_count, (tokens_16B + kRouteThreads - 1) / kRouteThreads);
+  const int blocks = static_cast<int>(std::max<std::int64_t>(pr.E_experts, copy_blocks));
+  launch_kernel(call_start_kernel, blocks, kRouteThreads, 0, stream, topk_ids, tokens, pr.top_k, pr.E_experts, h_hidden_16B, local,
+                window.send, window.combine, window.epochs, window.counters.region.offset_bytes,
+                window.counters.region.size_bytes / 4, static_cast<const uint4*>(tokens_bf16), window.tokens.region.offset_bytes,
+                tokens_16B, rank, pr.P_ranks, report, wait, calls);
 }
 
 RouterInputMonitor::RouterInputMonitor(int rank) : rank_(rank) {

@@ -78,7 +78,7 @@ void launch_schedule(const MegaMoeParams<C>& prm, cudaStream_t stream) {
   const auto kernel = &megamoe_kernel<Schedule, C>;
   constexpr std::size_t smem_bytes = sizeof(MegaMoeSharedStorage<C>);
   static SharedMemoryOptIn opt_in;
-  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
+  opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes, device_facts(prm.device));
   launch_kernel(kernel, prm.grid, C::kThreads, smem_bytes, LaunchOptions{C::kClusterSize, true}, stream, prm);
 }
 

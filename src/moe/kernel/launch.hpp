@@ -24,6 +24,7 @@ struct MegaMoeLaunch {
   char* local = nullptr;           // this rank's window
   char* peer[kMaxEpRanks] = {};    // every rank's window through LSA (peer[rank] = local)
   int rank = 0;
+  int device = -1;                 // the layer's CUDA device (current at every launch)
   int grid = 0;                    // CTAs (one per SM)
   int tokens = 0;                  // T_s this call
   MoeScheduleKind schedule = MoeScheduleKind::interleaved;

@@ -1,6 +1,7 @@
 """xstage.flash_attention on a Hopper GPU: numerics against an fp32 reference and torch SDPA on awkward shapes
-and strided inputs, log-sum-exp, torch.compile(fullgraph=True) and CUDA graphs against eager, 1000
-back-to-back calls (no hang, flat memory), errors on real CUDA tensors. Skipped without a GPU.
+and strided inputs, log-sum-exp, per-sequence key lengths (both registration paths, against masked attention;
+clamping; keys past them not read; compiled and captured), torch.compile(fullgraph=True) and CUDA graphs against
+eager, 1000 back-to-back calls (no hang, flat memory), errors on real CUDA tensors. Skipped without a GPU.
 
     python3 -m pytest -q tests/python/gpu          # XSTAGE_C_LIBRARY=/path/to/libxstage_c.so unless installed
 """
@@ -127,8 +128,138 @@ def test_softmax_scale(scale):
 def test_opcheck():
     """torch.library.opcheck: schema, fake implementation against the real one (shapes, strides), AOT dispatch."""
     q, k, v = make_qkv(2, 333, 200, 3, 64, "padded_heads", seed=3)
+    lengths = torch.tensor([1, 129], dtype=torch.int32, device="cuda")
     for return_lse in (False, True):
         torch.library.opcheck(torch.ops.xstage.flash_attention.default, (q, k, v, 0.125, return_lse))
+        torch.library.opcheck(torch.ops.xstage.flash_attention.default, (q, k, v, 0.125, return_lse, lengths))
+
+
+# --- per-sequence key lengths ------------------------------------------------------------------------------
+
+
+def masked_reference(q, k, v, scale, lengths):
+    """fp32 attention where sequence b attends to its first lengths[b] keys: out [b, m, h, d], lse [b, h, m]."""
+    n = k.shape[1]
+    keep = torch.arange(n, device=q.device)[None, :] < lengths.clamp(1, n)[:, None]
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    s = (qf @ kf.transpose(-1, -2) * scale).masked_fill(~keep[:, None, None, :], float("-inf"))
+    return (s.softmax(-1) @ vf).transpose(1, 2), torch.logsumexp(s, -1), keep
+
+
+# (batch, seqlen_q, seqlen_k, heads, head_dim) and one key length per sequence: 1, one past a key block (128 or
+# 192 keys), exactly a block, every key, lengths that differ within the batch.
+LENGTH_CASES = [
+    (3, 300, 500, 4, 128, [1, 129, 500]),
+    (4, 1000, 2000, 3, 128, [127, 128, 256, 1999]),
+    (3, 777, 640, 5, 64, [193, 192, 1]),
+    (2, 4097, 4097, 2, 64, [4097, 385]),
+    (2, 129, 77, 12, 64, [77, 76]),
+]
+
+
+@hopper
+@pytest.mark.parametrize("path", ["op", "ctypes"])
+@pytest.mark.parametrize("layout", ["contiguous", "bhsd"])
+@pytest.mark.parametrize("case", LENGTH_CASES, ids=lambda c: "b{}_m{}_n{}_h{}_d{}".format(*c[:5]))
+def test_key_lengths_against_masked_sdpa(case, layout, path):
+    """Both registration paths (the op: libxstage_torch.so's C++ kernel where it is loaded; the Python
+    implementation's ctypes call) against fp32 attention over each sequence's first keys, and torch SDPA with the
+    same boolean mask."""
+    from xstage import attention
+
+    b, m, n, h, d, lengths = case
+    q, k, v = make_qkv(b, m, n, h, d, layout, seed=len(lengths) + m)
+    lengths = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    scale = 1 / math.sqrt(d)
+    xstage.flash_attention(q, k, v)  # the first CUDA call loads libxstage_torch.so: after it the impl is the ctypes path
+    if path == "op":
+        out, lse = xstage.flash_attention(q, k, v, return_lse=True, key_lengths=lengths)
+    else:
+        out, lse = attention._flash_attention_impl(q, k, v, scale, True, lengths)
+    want, want_lse, keep = masked_reference(q, k, v, scale, lengths)
+    err = rel_l2(out, want)
+    by_sdpa = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=keep[:, None, None, :], scale=scale
+    ).transpose(1, 2)
+    err_sdpa = rel_l2(by_sdpa, want)
+    assert torch.isfinite(out).all() and err <= REL_L2_MAX, f"rel L2 {err:.2e} (SDPA: {err_sdpa:.2e})"
+    assert err <= 2 * err_sdpa + 1e-3, f"xstage {err:.2e} vs SDPA {err_sdpa:.2e}"
+    torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=1e-4)
+
+
+@hopper
+def test_key_lengths_equal_to_the_allocated_length_change_nothing():
+    q, k, v = make_qkv(3, 500, 300, 4, 128, "contiguous", seed=21)
+    full = torch.full((3,), 300, dtype=torch.int32, device="cuda")
+    out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    out_l, lse_l = xstage.flash_attention(q, k, v, return_lse=True, key_lengths=full)
+    assert torch.equal(out, out_l) and torch.equal(lse, lse_l)
+
+
+@hopper
+def test_key_lengths_are_clamped():
+    """The values are not checked (that would synchronise): 0 and negative attend to the first key, more than
+    seqlen_k to all of them."""
+    q, k, v = make_qkv(4, 200, 300, 2, 64, "contiguous", seed=23)
+    got = xstage.flash_attention(q, k, v, key_lengths=torch.tensor([0, -7, 301, 2**31 - 1], dtype=torch.int32, device="cuda"))
+    want = xstage.flash_attention(q, k, v, key_lengths=torch.tensor([1, 1, 300, 300], dtype=torch.int32, device="cuda"))
+    assert torch.equal(got, want)
+
+
+@hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_keys_past_the_length_are_not_read(d):
+    """Past each sequence's key block that holds its last key, k and v are NaN: never loaded. Within that block they
+    are loaded and weighted 0, so they only need to be finite (here large)."""
+    b, m, n, h = 2, 400, 1000, 3
+    lengths = [130, 385]  # blocks of 128 or 192 keys: the last one partial
+    q, k, v = make_qkv(b, m, n, h, d, "contiguous", seed=29)
+    want = xstage.flash_attention(q, k, v, key_lengths=torch.tensor(lengths, dtype=torch.int32, device="cuda"))
+    for s_, length in enumerate(lengths):
+        block_end = min(n, (length + 383) // 384 * 384)  # a multiple of both 128 and 192
+        k[s_, length:block_end] = 3e4
+        v[s_, length:block_end] = -3e4
+        k[s_, block_end:] = float("nan")
+        v[s_, block_end:] = float("nan")
+    got = xstage.flash_attention(q, k, v, key_lengths=torch.tensor(lengths, dtype=torch.int32, device="cuda"))
+    assert torch.isfinite(got).all() and torch.equal(got, want)
+
+
+@hopper
+def test_key_lengths_compile_and_capture():
+    """torch.compile(fullgraph=True) with key lengths; a captured CUDA graph replayed with new lengths written into
+    the same tensor (the values are read on the GPU at each replay)."""
+    q, k, v = make_qkv(2, 700, 900, 4, 128, "contiguous", seed=31)
+    lengths = torch.tensor([900, 13], dtype=torch.int32, device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v, n: xstage.flash_attention(q * 0.5, k, v, key_lengths=n), fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v, lengths), xstage.flash_attention(q * 0.5, k, v, key_lengths=lengths))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        xstage.flash_attention(q, k, v, key_lengths=lengths)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = xstage.flash_attention(q, k, v, key_lengths=lengths)
+    for new in ([1, 900], [129, 200], [900, 900]):
+        lengths.copy_(torch.tensor(new, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, xstage.flash_attention(q, k, v, key_lengths=lengths)), new
+        assert rel_l2(out, masked_reference(q, k, v, 1 / math.sqrt(128), lengths)[0]) <= REL_L2_MAX
+
+
+@hopper
+def test_key_lengths_errors_on_cuda_tensors():
+    q = torch.zeros(2, 64, 2, 64, device="cuda", dtype=BF16)
+    with pytest.raises(TypeError, match="key_lengths has dtype torch.int64"):
+        xstage.flash_attention(q, q, q, key_lengths=torch.ones(2, dtype=torch.int64, device="cuda"))
+    with pytest.raises(ValueError, match=r"key_lengths is on cpu but q is on cuda:0"):
+        xstage.flash_attention(q, q, q, key_lengths=torch.ones(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"key_lengths has stride 2"):
+        xstage.flash_attention(q, q, q, key_lengths=torch.ones(4, dtype=torch.int32, device="cuda")[::2])
+    torch.cuda.synchronize()  # nothing was launched; the context is healthy
 
 
 def block(q, k, v):

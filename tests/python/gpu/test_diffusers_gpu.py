@@ -1,6 +1,7 @@
 """xstage.diffusers on a Hopper GPU: the "xstage" backend against diffusers' default (SDPA) on small models of every
 dispatching family of tools/dit/models.py (masks included), direct backend calls against fp32 attention
-(cross-attention, scale, log-sum-exp, every kind of key-padding mask), the ops and xstage.nn.MoE on one GPU in a
+(cross-attention, scale, log-sum-exp, every kind of key-padding mask), a masked call without any host
+synchronisation (sync debug mode, CUDA graph capture) and bad masks failing a device-side assertion, the ops and xstage.nn.MoE on one GPU in a
 process without torch.distributed, a backward through an op raising (eager and compiled), and swap_moe on a
 small HiDream transformer against diffusers' own MoE module in bf16 and fp8. Skipped without a GPU or diffusers.
 
@@ -113,6 +114,68 @@ def test_key_padding_masks(kind, form):
     out = xd._xstage_attention(q, k, v, attn_mask=mask)
     want, _ = reference(q, k, v, keep=keep)
     assert rel_l2(out, want) <= REL_L2_MAX
+
+
+def test_a_masked_call_does_not_synchronise():
+    """torch's sync debug mode makes any operation that waits for the GPU raise; a CUDA graph capture would fail on
+    one too. A Qwen-Image-like mask (kept keys with a hole), bool and LTX-Video's additive per-head form."""
+    b, m, n, h = 2, 300, 400, 4
+    q, k, v = qkv(b, m, n, h, 128, seed=5)
+    keep = kept_keys("middle", b, n)
+    masks = [keep[:, None, None, :],
+             torch.zeros(b, h, 1, n, device="cuda", dtype=BF16).masked_fill(~keep[:, None, None, :], -10000.0)]
+    for mask in masks:
+        xd._xstage_attention(q, k, v, attn_mask=mask)  # warm-up (library load, smem opt-in)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = xd._xstage_attention(q, k, v, attn_mask=mask)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert rel_l2(out, reference(q, k, v, keep=keep)[0]) <= REL_L2_MAX
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = xd._xstage_attention(q, k, v, attn_mask=mask)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, out)
+
+
+def test_a_masked_call_compiles_to_one_graph():
+    b, m, n, h = 2, 300, 128, 4
+    q, k, v = qkv(b, m, n, h, 64, seed=7)
+    keep = kept_keys("lengths", b, n)
+    mask = torch.zeros(b, h, 1, n, device="cuda", dtype=BF16).masked_fill(~keep[:, None, None, :], -10000.0)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v, mask: xd._xstage_attention(q, k, v, attn_mask=mask), fullgraph=True)
+    out = compiled(q, k, v, mask)
+    assert torch.equal(out, xd._xstage_attention(q, k, v, attn_mask=mask))
+    assert rel_l2(out, reference(q, k, v, keep=keep)[0]) <= REL_L2_MAX
+
+
+@pytest.mark.parametrize(
+    "mask_code,message",
+    [
+        ("torch.zeros(2, 1, 1, 64, dtype=torch.bool, device='cuda')", "masks every key"),
+        ("torch.full((2, 4, 1, 64), -1.0, dtype=torch.bfloat16, device='cuda')", "values other than 0"),
+    ],
+)
+def test_a_bad_mask_fails_a_device_side_assertion(mask_code, message):
+    """Checked on the device, so the failure surfaces at the next synchronisation, as a CUDA device-side assertion
+    that ends the process's CUDA context: a process of its own."""
+    script = textwrap.dedent(
+        f"""
+        import torch, xstage.diffusers as xd
+        q = torch.randn(2, 32, 4, 64, device="cuda", dtype=torch.bfloat16)
+        xd._xstage_attention(q, q[:, :1].expand(2, 64, 4, 64).contiguous(), q[:, :1].expand(2, 64, 4, 64).contiguous(),
+                             attn_mask={mask_code})
+        torch.cuda.synchronize()
+        print("not caught")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert done.returncode != 0 and "not caught" not in done.stdout, done.stdout + done.stderr
+    assert "device-side assert" in done.stderr or message in done.stderr, done.stderr[-3000:]
 
 
 def test_ops_without_a_process_group():

@@ -178,8 +178,9 @@ def _kept_keys_first(attn_mask, key, value, seqlen_q):
     torch._assert_async(
         lengths.amin() > 0, f"{_WHO}: attn_mask masks every key of a sequence of the batch; its attention is undefined"
     )
-    # Kept (1) before masked (0); stable: the kept keys stay in their order. The bool mask seen as uint8 (a view).
-    order = keep.view(torch.uint8).sort(dim=-1, descending=True, stable=True).indices
+    # Kept (1) before masked (0); stable: the kept keys stay in their order. As uint8: a copy, not a view (Inductor
+    # cannot lower a bool-to-uint8 view, and sort takes no bool on CUDA).
+    order = keep.to(torch.uint8).sort(dim=-1, descending=True, stable=True).indices
     index = order.view(batch, seqlen_k, 1, 1).expand(batch, seqlen_k, key.shape[2], key.shape[3])
     return key.gather(1, index), value.gather(1, index), lengths
 

@@ -2,11 +2,11 @@
 """A diffusers transformer sequence-parallel over P GPUs on xstage's fused Ulysses attention: diffusers' own
 context parallelism, model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)), with the "xstage"
 backend. diffusers shards the inputs by the model's _cp_plan and gathers the output; each attention runs
-xstage.ulysses_attention on the parallel config's process group (the post-attention all-to-all inside the
-attention kernel).
+xstage.ulysses_attention on the parallel config's process group, by the path xstage.diffusers.set_ulysses_path
+chose (--path; default xstage.ulysses.DEFAULT_ULYSSES_PATH).
 
     torchrun --standalone --nproc-per-node 2 examples/diffusers/ulysses.py                # Flux.1, random weights
-    torchrun --standalone --nproc-per-node 4 examples/diffusers/ulysses.py --model wan
+    torchrun --standalone --nproc-per-node 4 examples/diffusers/ulysses.py --model wan --path fused_both
 
 Prints how far the P-GPU output is from the one-GPU output (diffusers' default attention).
 """
@@ -28,7 +28,9 @@ from dit import models as dit_models  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="flux", choices=["flux", "wan"])
+    p.add_argument("--path", default=None, help="the Ulysses path: serial, fused_post or fused_both (default: xstage's)")
     args = p.parse_args()
+    xstage.diffusers.set_ulysses_path(args.path)
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -42,7 +44,8 @@ def main():
 
         out = dit_models.output(model(**inputs)).float()
     error = ((out - reference).norm() / reference.norm()).item()
-    print(f"rank {dist.get_rank()}: {args.model} over {dist.get_world_size()} GPUs, rel L2 vs one GPU {error:.2e}")
+    print(f"rank {dist.get_rank()}: {args.model} over {dist.get_world_size()} GPUs ({xstage.diffusers.ulysses_path()}), "
+          f"rel L2 vs one GPU {error:.2e}")
     dist.destroy_process_group()
 
 

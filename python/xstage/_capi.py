@@ -20,7 +20,7 @@ import importlib.util
 import os
 import threading
 
-ABI_VERSION = 1  # XSTAGE_C_ABI_VERSION this binding is written for
+ABI_VERSION = 2  # XSTAGE_C_ABI_VERSION this binding is written for
 MAX_NDIM = 8
 
 OK = 0
@@ -46,6 +46,9 @@ NCCL_ENV = "XSTAGE_NCCL_LIBRARY"
 COMM_UNIQUE_ID_BYTES = 128
 A2A_STORE_TMA = 0
 A2A_STORE_ST_GLOBAL = 1
+ULYSSES_SERIAL = 0
+ULYSSES_FUSED_POST = 1
+ULYSSES_FUSED_BOTH = 2
 MOE_SCHEDULE_INTERLEAVED = 0
 MOE_SCHEDULE_EXPERT_WAVE = 1
 MOE_SCHEDULE_AUTO = 2
@@ -159,6 +162,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "xstage_comm_info": [h, i32p, i32p, i32p, i32p],
         "xstage_comm_barrier": [h],
         "xstage_comm_destroy": [h],
+        "xstage_ulysses_path_from_name": [ctypes.c_char_p, i32p],
         "xstage_ulysses_check_shape": [i32, i32, i32, i32, i32],
         "xstage_ulysses_create": [h, i32, i32, i32, i32, i32, ctypes.c_double, hp],
         "xstage_ulysses_forward": [h, tp, tp, tp, tp, i32, vp],
@@ -375,6 +379,13 @@ def comm_destroy(handle: int) -> None:
 # --- Ulysses attention ------------------------------------------------------------------------------------
 
 
+def ulysses_path_from_name(name: str) -> int:
+    """ULYSSES_* of a path name (the C library's list); InputError naming the choices."""
+    path = ctypes.c_int32()
+    _call("xstage_ulysses_path_from_name", str(name).encode(), ctypes.byref(path))
+    return path.value
+
+
 def ulysses_check_shape(batch: int, seqlen: int, heads: int, head_dim: int, ranks: int) -> None:
     _call("xstage_ulysses_check_shape", int(batch), int(seqlen), int(heads), int(head_dim), int(ranks))
 
@@ -395,8 +406,8 @@ def ulysses_create(comm: int, batch: int, seqlen: int, heads: int, head_dim: int
     return out.value
 
 
-def ulysses_forward(layer: int, q: Tensor, k: Tensor, v: Tensor, out: Tensor, fused: bool, stream: int) -> None:
-    _call("xstage_ulysses_forward", ctypes.c_void_p(layer), _ref(q), _ref(k), _ref(v), _ref(out), int(bool(fused)), _stream(stream))
+def ulysses_forward(layer: int, q: Tensor, k: Tensor, v: Tensor, out: Tensor, path: int, stream: int) -> None:
+    _call("xstage_ulysses_forward", ctypes.c_void_p(layer), _ref(q), _ref(k), _ref(v), _ref(out), int(path), _stream(stream))
 
 
 def ulysses_poll(layer: int) -> None:

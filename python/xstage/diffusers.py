@@ -3,6 +3,7 @@
     import xstage.diffusers                                    # registers the "xstage" attention backend
     transformer.set_attention_backend("xstage")                # or: with attention_backend("xstage"): ...
     transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P))   # under torchrun
+    xstage.diffusers.set_ulysses_path("fused_both")            # optional: the Ulysses path it runs (below)
     xstage.diffusers.swap_moe(transformer, dtype=torch.float8_e4m3fn)               # HiDream's routed experts
 
 The backend serves every model whose attention processors call diffusers' dispatch_attention_fn (Flux, Flux2,
@@ -21,10 +22,11 @@ torch.compile graph. The mask's values are checked on the device too (torch._ass
 a key-padding mask, or one that masks every key of a sequence, fails a device-side assertion.
 
 Under enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)) diffusers shards the model's inputs by
-its _cp_plan and hands the backend its parallel config; the backend runs xstage's fused Ulysses layer
-(xstage.ulysses_attention: the post-attention all-to-all inside the attention kernel's epilogue) on the
-config's Ulysses process group, whose xstage communicator it builds on the first eager call (collective, as
-the call is). Calls the fused layer cannot take (key length other than the query's, a mask, a scale other than
+its _cp_plan and hands the backend its parallel config; the backend runs xstage's Ulysses layer (xstage.ulysses_attention) on
+the config's Ulysses process group, whose xstage communicator it builds on the first eager call (collective, as
+the call is), by the path set_ulysses_path chose: xstage.ulysses.DEFAULT_ULYSSES_PATH unless it was called
+("fused_post": the post-attention all-to-all inside the attention kernel's epilogue; "fused_both": the
+pre-attention all-to-all hidden too; "serial"). Calls the fused layer cannot take (key length other than the query's, a mask, a scale other than
 1/sqrt(head_dim), return_lse) run as all-to-all, xstage.flash_attention, all-to-all (torch's functional
 collectives). Ring attention and ulysses_anything raise.
 
@@ -46,9 +48,10 @@ import torch
 from . import distributed as _distributed
 from .attention import flash_attention
 from .nn import MoE
+from . import ulysses as _ulysses_module
 from .ulysses import ulysses_attention
 
-__all__ = ["BACKEND", "TESTED_VERSIONS", "HiDreamMoE", "register_moe", "swap_moe"]
+__all__ = ["BACKEND", "TESTED_VERSIONS", "HiDreamMoE", "register_moe", "set_ulysses_path", "swap_moe", "ulysses_path"]
 
 BACKEND = "xstage"
 TESTED_VERSIONS = ("0.42.1",)
@@ -58,6 +61,8 @@ _WHO = "xstage attention backend"
 # fp32, for any scores below 1e4 in magnitude (diffusers' models mask with -inf, or -10000 as LTX-Video does). The
 # comparison is made in the mask's dtype, where -10000 may round (bf16: -9984), as the model's own value does.
 _MASKED_BIAS = -1e4
+# The Ulysses path under enable_parallelism: set_ulysses_path's choice; None: the package's default.
+_ulysses_path: Optional[str] = None
 
 
 def _check_version(version: str) -> None:
@@ -228,6 +233,22 @@ def _kept_keys(mask: torch.Tensor, batch: int, seqlen_q: int, seqlen_k: int) -> 
 # --- under diffusers' context parallelism -----------------------------------------------------------------
 
 
+def set_ulysses_path(path: Optional[str]) -> None:
+    """Chooses how the backend runs Ulysses attention under enable_parallelism: "fused_post", "fused_both" or
+    "serial" (xstage.ulysses_attention's `path`; all three give the same output); None goes back to the default,
+    xstage.ulysses.DEFAULT_ULYSSES_PATH. Set it on every rank alike, before the first parallel call (torch.compile
+    fixes the path in the graph it traces). An unknown name raises xstage.InputError listing the paths."""
+    global _ulysses_path
+    if path is not None:
+        _ulysses_module._path_code(path)
+    _ulysses_path = path
+
+
+def ulysses_path() -> str:
+    """The Ulysses path the backend runs under enable_parallelism (set_ulysses_path)."""
+    return _ulysses_path if _ulysses_path is not None else _ulysses_module.DEFAULT_ULYSSES_PATH
+
+
 def _ulysses(query, key, value, attn_mask, scale, return_lse, cp):
     if cp.ring_degree > 1:
         raise ValueError(
@@ -248,7 +269,7 @@ def _ulysses(query, key, value, attn_mask, scale, return_lse, cp):
     if fused:
         if query.is_cuda and not torch.compiler.is_compiling() and not _distributed.is_initialized(group):
             _distributed.init(group)  # collective, like the call: every rank reaches it at the same layer
-        return ulysses_attention(query.contiguous(), key.contiguous(), value.contiguous(), group=group)
+        return ulysses_attention(query.contiguous(), key.contiguous(), value.contiguous(), group=group, path=ulysses_path())
     return _ulysses_composed(query, key, value, attn_mask, scale, return_lse, group, ranks)
 
 

@@ -2,8 +2,12 @@
 
 Each rank holds its shard of the sequence, q, k, v [batch, seqlen/P, heads, head_dim] bf16, and gets the
 same shard of the attention output over the whole sequence: the pre-attention all-to-all (to all rows of
-heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back (fused: inside the
-attention kernel's epilogue, straight into the owners' NVLink windows). Registered as
+heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back. Three paths
+(docs/ATTENTION.md): "serial" (NCCL all-to-all, attention, NCCL all-to-all), "fused_post" (the post-attention
+all-to-all inside the attention kernel's epilogue, straight into the owners' NVLink windows) and "fused_both"
+(that, and the copy engines push Q, K and V into the other ranks chunk by chunk while the attention kernel
+runs). DEFAULT_ULYSSES_PATH is the measured best; every other caller (xstage.diffusers) takes it from here.
+Registered as
 torch.ops.xstage.ulysses_attention (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
 graphs take it.
@@ -11,11 +15,16 @@ graphs take it.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import _capi, _ops, _tensors, distributed
 
-__all__ = ["ulysses_attention"]
+__all__ = ["ulysses_attention", "DEFAULT_ULYSSES_PATH"]
+
+# The path ulysses_attention takes when none is given, and the diffusers backend's.
+DEFAULT_ULYSSES_PATH = "fused_post"
 
 _OP = "xstage.ulysses_attention"
 _HEAD_DIMS = (64, 128)
@@ -23,7 +32,14 @@ _INT32_MAX = 2**31 - 1
 _STORE_PATHS = {"tma": _capi.A2A_STORE_TMA, "st_global": _capi.A2A_STORE_ST_GLOBAL}
 
 
-def _check_inputs(q, k, v, world_size, store_path, *, fake: bool) -> None:
+@functools.lru_cache(maxsize=None)
+def _path_code(path: str) -> int:
+    """XSTAGE_ULYSSES_* of a path name: "serial", "fused_post" or "fused_both". The names are the C library's;
+    xstage.InputError (a ValueError) lists them for any other."""
+    return _capi.ulysses_path_from_name(path)
+
+
+def _check_inputs(q, k, v, world_size, path, store_path, *, fake: bool) -> None:
     named = {"q": q, "k": k, "v": v}
     _tensors.require_tensors(_OP, named)
     for name, t in named.items():
@@ -57,6 +73,7 @@ def _check_inputs(q, k, v, world_size, store_path, *, fake: bool) -> None:
             f"{_OP}: {h} heads cannot be split over the group's {world_size} ranks; Ulysses gives each rank "
             f"heads/P whole heads, so heads must be a multiple of the group size"
         )
+    _path_code(path)
     if store_path not in _STORE_PATHS:
         raise ValueError(f"{_OP}: store_path is {store_path!r}; it must be one of {sorted(_STORE_PATHS)}")
 
@@ -65,15 +82,15 @@ _checked = _tensors.CheckedSignatures()
 
 
 def _ulysses_impl(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: str, fused: bool, store_path: str, timeout_s: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: str, path: str, store_path: str, timeout_s: float
 ) -> torch.Tensor:
-    signature = _checked.of((q, k, v), group, store_path)
+    signature = _checked.of((q, k, v), group, path, store_path)
     if _checked.passed(signature):
         comm = distributed.communicator_for_key(group, _OP, q.device.index)
     else:
-        _check_inputs(q, k, v, None, store_path, fake=False)  # the inputs' errors before a missing communicator's
+        _check_inputs(q, k, v, None, path, store_path, fake=False)  # the inputs' errors before a missing communicator's
         comm = distributed.communicator_for_key(group, _OP, q.device.index)
-        _check_inputs(q, k, v, comm.world_size, store_path, fake=False)
+        _check_inputs(q, k, v, comm.world_size, path, store_path, fake=False)
         _checked.add(signature)
     if q.device.index != comm.device:
         raise ValueError(
@@ -88,12 +105,12 @@ def _ulysses_impl(
     )
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     c = _tensors.c_tensor
-    _capi.ulysses_forward(layer, c(q), c(k), c(v), c(out), fused, _tensors.current_stream(q.device))
+    _capi.ulysses_forward(layer, c(q), c(k), c(v), c(out), _path_code(path), _tensors.current_stream(q.device))
     return out
 
 
-def _ulysses_fake(q, k, v, group, fused, store_path, timeout_s):
-    _check_inputs(q, k, v, distributed.world_size_for_key(group), store_path, fake=True)
+def _ulysses_fake(q, k, v, group, path, store_path, timeout_s):
+    _check_inputs(q, k, v, distributed.world_size_for_key(group), path, store_path, fake=True)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -105,7 +122,7 @@ def ulysses_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     group=None,
-    fused: bool = True,
+    path: str = DEFAULT_ULYSSES_PATH,
     store_path: str = "tma",
     timeout_s: float = 10.0,
 ) -> torch.Tensor:
@@ -118,19 +135,20 @@ def ulysses_attention(
 
     group: a torch.distributed process group for which xstage.distributed.init(group) was called (default:
     the default group; a process without torch.distributed, or whose default group has one rank, needs no
-    init: a local communicator of one rank is built on the first call). fused: the post-attention
-    all-to-all inside the attention kernel (True) or the serial path (NCCL all-to-all, attention, NCCL
-    all-to-all); the same on every rank. store_path: how the
-    fused epilogue stores to peers ("tma" or "st_global"). timeout_s: every device-side wait gives up after
-    it (a failure surfaces through xstage.distributed.poll() or the next call).
+    init: a local communicator of one rank is built on the first call). path: "fused_post" (the post-attention
+    all-to-all inside the attention kernel), "fused_both" (that, and Q, K, V pushed by the copy engines while
+    the kernel runs) or "serial" (NCCL all-to-all, attention, NCCL all-to-all); the same on every rank; all
+    three give bit-identical outputs. Default DEFAULT_ULYSSES_PATH. store_path: how the fused epilogue stores
+    to peers ("tma" or "st_global"). timeout_s: every device-side wait gives up after it (a failure surfaces
+    through xstage.distributed.poll() or the next call).
 
     Collective: every rank calls it with the same shapes and options. The first call for a shape builds the
     layer (buffers, symmetric windows; blocks the host): warm up before CUDA-graph capture. Forward only: a
     backward through it raises.
     """
     if torch.compiler.is_compiling():
-        _check_inputs(q, k, v, None, store_path, fake=True)  # raised from here under torch.compile, as in eager
-    args = (q, k, v, distributed.group_key(group), bool(fused), store_path, float(timeout_s))
+        _check_inputs(q, k, v, None, path, store_path, fake=True)  # raised from here under torch.compile, as in eager
+    args = (q, k, v, distributed.group_key(group), path, store_path, float(timeout_s))
     if _ops.needs_autograd(q, k, v):
         return _ops.forward_only(_OP, _ulysses_op, *args)
     return _ulysses_op(*args)

@@ -41,8 +41,20 @@ const xstage_tensor& shard_operand(const xstage_tensor* in, const char* name, co
   return t;
 }
 
+// XSTAGE_ULYSSES_* -> the layer's path; the values are the enum's order (static_asserts below).
+attention::UlyssesPath path_of(int32_t path) {
+  XSTAGE_REQUIRE(path >= XSTAGE_ULYSSES_SERIAL && path <= XSTAGE_ULYSSES_FUSED_BOTH,
+                 "path is " + std::to_string(path) + "; it must be XSTAGE_ULYSSES_SERIAL (0), XSTAGE_ULYSSES_FUSED_POST (1) or "
+                 "XSTAGE_ULYSSES_FUSED_BOTH (2)");
+  return static_cast<attention::UlyssesPath>(path);
+}
+static_assert(static_cast<int>(attention::UlyssesPath::serial) == XSTAGE_ULYSSES_SERIAL);
+static_assert(static_cast<int>(attention::UlyssesPath::fused_post) == XSTAGE_ULYSSES_FUSED_POST);
+static_assert(static_cast<int>(attention::UlyssesPath::fused_both) == XSTAGE_ULYSSES_FUSED_BOTH);
+
 void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xstage_tensor* k_in, const xstage_tensor* v_in,
-                     const xstage_tensor* o_in, int32_t fused, void* stream) {
+                     const xstage_tensor* o_in, int32_t path_code, void* stream) {
+  const attention::UlyssesPath path = path_of(path_code);  // first: a bad value is refused without a layer or GPU
   XSTAGE_REQUIRE(layer != nullptr && layer->layer != nullptr, "layer is NULL (create it with xstage_ulysses_create)");
   const int32_t device = require_comm(layer->comm).device();
   const attention::UlyssesShape& s = layer->shape;
@@ -61,8 +73,7 @@ void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xst
   require_device_pointer(o.data, "out", device);
   require_stream_on_device(stream, device);
   const std::vector<attention::UlyssesViews> views{{q.data, k.data, v.data, o.data}};
-  layer->layer->enqueue(views, fused ? attention::UlyssesPath::fused_post : attention::UlyssesPath::serial,
-                        static_cast<cudaStream_t>(stream));
+  layer->layer->enqueue(views, path, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace
@@ -71,6 +82,13 @@ void ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q_in, const xst
 namespace capi = xstage::capi;
 
 extern "C" {
+
+XSTAGE_C_API int xstage_ulysses_path_from_name(const char* name, int32_t* path) {
+  return capi::guarded("xstage_ulysses_path_from_name", [&] {
+    XSTAGE_REQUIRE(name != nullptr && path != nullptr, "name or path is NULL");
+    *path = static_cast<int32_t>(xstage::attention::ulysses_path_from_name(name));
+  });
+}
 
 XSTAGE_C_API int xstage_ulysses_check_shape(int32_t batch, int32_t seqlen, int32_t heads, int32_t head_dim, int32_t ranks) {
   return capi::guarded("xstage_ulysses_check_shape", [&] { (void)capi::make_shape(batch, seqlen, heads, head_dim, ranks); });
@@ -103,9 +121,9 @@ XSTAGE_C_API int xstage_ulysses_create(xstage_comm* comm, int32_t batch, int32_t
 }
 
 XSTAGE_C_API int xstage_ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q, const xstage_tensor* k,
-                                        const xstage_tensor* v, const xstage_tensor* out, int32_t fused, void* stream) {
+                                        const xstage_tensor* v, const xstage_tensor* out, int32_t path, void* stream) {
   return capi::guarded("xstage_ulysses_forward",
-                       [&] { capi::ulysses_forward(layer, q, k, v, out, fused, stream); });
+                       [&] { capi::ulysses_forward(layer, q, k, v, out, path, stream); });
 }
 
 XSTAGE_C_API int xstage_ulysses_poll(const xstage_ulysses* layer) {

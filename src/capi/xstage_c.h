@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define XSTAGE_C_ABI_VERSION 1
+#define XSTAGE_C_ABI_VERSION 2
 
 /* Statuses returned by every operation. */
 #define XSTAGE_OK 0
@@ -176,7 +176,17 @@ XSTAGE_C_API int xstage_comm_destroy(xstage_comm* comm);
 #define XSTAGE_A2A_STORE_TMA 0       /* the fused epilogue stores tiles with TMA bulk copies */
 #define XSTAGE_A2A_STORE_ST_GLOBAL 1 /* ... with plain st.global */
 
+/* How a forward call runs the layer (attention::UlyssesPath; docs/ATTENTION.md): */
+#define XSTAGE_ULYSSES_SERIAL 0     /* NCCL all-to-all, attention, NCCL all-to-all */
+#define XSTAGE_ULYSSES_FUSED_POST 1 /* all-to-all, then attention with the post-attention all-to-all in its epilogue */
+#define XSTAGE_ULYSSES_FUSED_BOTH 2 /* as FUSED_POST, and the copy engines push Q, K, V into the peers' inboxes
+                                       chunk by chunk while the attention kernel runs: no pre-attention all-to-all */
+
 typedef struct xstage_ulysses xstage_ulysses;
+
+/* The XSTAGE_ULYSSES_* value of a path name ("serial", "fused_post", "fused_both"); XSTAGE_ERROR_INPUT naming
+ * the choices for any other. */
+XSTAGE_C_API int xstage_ulysses_path_from_name(const char* name, int32_t* path);
 
 /* The shape checks of xstage_ulysses_create for P = `ranks`, without a GPU or communicator. */
 XSTAGE_C_API int xstage_ulysses_check_shape(int32_t batch, int32_t seqlen, int32_t heads, int32_t head_dim,
@@ -188,13 +198,12 @@ XSTAGE_C_API int xstage_ulysses_create(xstage_comm* comm, int32_t batch, int32_t
                                        int32_t head_dim, int32_t store_path, double timeout_s,
                                        xstage_ulysses** out);
 
-/* The whole layer on `stream` (a stream of the communicator's device): fused != 0 runs the attention
- * kernel with the post-attention all-to-all in its epilogue, fused == 0 the serial path (all-to-all,
- * attention, all-to-all). q, k, v, out: [batch, seqlen/P, heads, head_dim] bf16, contiguous, 16-byte
- * aligned, on the communicator's device; out must not overlap the inputs. Every rank calls it with the
- * same `fused`. */
+/* The whole layer on `stream` (a stream of the communicator's device), by `path`, one of XSTAGE_ULYSSES_SERIAL,
+ * XSTAGE_ULYSSES_FUSED_POST and XSTAGE_ULYSSES_FUSED_BOTH (any other value: XSTAGE_ERROR_INPUT). q, k, v, out:
+ * [batch, seqlen/P, heads, head_dim] bf16, contiguous, 16-byte aligned, on the communicator's device; out must
+ * not overlap the inputs. Every rank calls it with the same `path`. */
 XSTAGE_C_API int xstage_ulysses_forward(xstage_ulysses* layer, const xstage_tensor* q, const xstage_tensor* k,
-                                        const xstage_tensor* v, const xstage_tensor* out, int32_t fused,
+                                        const xstage_tensor* v, const xstage_tensor* out, int32_t path,
                                         void* stream);
 
 /* Non-blocking: XSTAGE_ERROR_PLATFORM naming the failed device-side wait of an earlier call, else OK. */

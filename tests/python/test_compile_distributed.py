@@ -14,12 +14,12 @@ from support import Capture
 BF16 = torch.bfloat16
 
 
-def sp_block(x, wqkv, wo, heads, group=None, fused=True):
+def sp_block(x, wqkv, wo, heads, group=None, path=xstage.ulysses.DEFAULT_ULYSSES_PATH):
     """A DiT attention block, sequence-parallel: projections on the local shard, Ulysses attention, output
     projection."""
     b, s, width = x.shape
     q, k, v = (x @ wqkv).unflatten(-1, (3, heads, width // heads)).unbind(2)
-    out = xstage.ulysses_attention(q.contiguous(), k.contiguous(), v.contiguous(), group=group, fused=fused)
+    out = xstage.ulysses_attention(q.contiguous(), k.contiguous(), v.contiguous(), group=group, path=path)
     return out.flatten(2) @ wo + x
 
 
@@ -33,17 +33,19 @@ def test_ulysses_fullgraph_one_graph(fake):
     assert len(backend.graphs) == 1
     assert backend.ops().count(torch.ops.xstage.ulysses_attention.default) == 1
     node = backend.node(torch.ops.xstage.ulysses_attention.default)
-    assert node.args[3:] == ("", True, "tma", 10.0)  # default group, fused, options baked in
+    assert node.args[3:] == ("", xstage.ulysses.DEFAULT_ULYSSES_PATH, "tma", 10.0)  # default group and path, options baked in
 
 
-def test_ulysses_serial_and_dynamic(fake):
+@pytest.mark.parametrize("path", ["serial", "fused_post", "fused_both"])
+def test_ulysses_each_path_and_dynamic(fake, path):
     torch._dynamo.reset()
     backend = Capture()
-    f = torch.compile(lambda q: xstage.ulysses_attention(q, q, q, fused=False), fullgraph=True, dynamic=True, backend=backend)
+    f = torch.compile(lambda q: xstage.ulysses_attention(q, q, q, path=path), fullgraph=True, dynamic=True, backend=backend)
     for s in (256, 1000, 4096):
         q = torch.empty(1, s, 4, 64, dtype=BF16, device="cuda")
         assert f(q).shape == q.shape
     assert len(backend.graphs) == 1
+    assert backend.node(torch.ops.xstage.ulysses_attention.default).args[4] == path
 
 
 def test_ulysses_with_an_explicit_group(fake, tmp_path):
@@ -75,6 +77,9 @@ def test_ulysses_bad_input_fails_at_trace_time(fake):
     q = torch.empty(1, 64, 4, 96, dtype=BF16, device="cuda")
     with pytest.raises(Exception, match=r"head_dim is 96"):
         torch.compile(lambda q: xstage.ulysses_attention(q, q, q), fullgraph=True, backend=Capture())(q)
+    q = torch.empty(1, 64, 4, 64, dtype=BF16, device="cuda")
+    with pytest.raises(Exception, match=r"unknown Ulysses path 'fused'"):
+        torch.compile(lambda q: xstage.ulysses_attention(q, q, q, path="fused"), fullgraph=True, backend=Capture())(q)
 
 
 E, H, I, K = 8, 256, 128, 2
@@ -141,7 +146,7 @@ def test_moe_bad_input_fails_at_trace_time(fake):
 
 def test_schemas():
     assert str(torch.ops.xstage.ulysses_attention.default._schema) == (
-        "xstage::ulysses_attention(Tensor q, Tensor k, Tensor v, str group, bool fused, str store_path, float timeout_s) -> Tensor"
+        "xstage::ulysses_attention(Tensor q, Tensor k, Tensor v, str group, str path, str store_path, float timeout_s) -> Tensor"
     )
     assert str(torch.ops.xstage.moe.default._schema) == (
         "xstage::moe(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w1, Tensor w2, Tensor? w1_scales, "

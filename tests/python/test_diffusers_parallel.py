@@ -76,6 +76,25 @@ def test_flux_under_enable_parallelism_runs_xstage_ulysses():
     tokens = inputs["hidden_states"].shape[1] + inputs["encoder_hidden_states"].shape[1]
     assert shape(node, 0) == (1, tokens // P, 4, 128)  # this rank's quarter of the joint sequence
     assert node.args[3] == group.group_name
+    assert node.args[4] == xstage.ulysses.DEFAULT_ULYSSES_PATH == xstage.diffusers.ulysses_path()
+
+
+@pytest.mark.parametrize("path", ["serial", "fused_post", "fused_both"])
+def test_set_ulysses_path_chooses_the_layers_path(path):
+    """set_ulysses_path reaches every Ulysses call of the model (and is fixed in the traced graph); None restores
+    the default; an unknown name is refused and leaves the choice as it was."""
+    model, inputs, _ = parallel("flux")
+    xstage.diffusers.set_ulysses_path(path)
+    try:
+        with pytest.raises(xstage.InputError, match=r"unknown Ulysses path 'both' \(choose from serial, fused_post, fused_both\)"):
+            xstage.diffusers.set_ulysses_path("both")
+        assert xstage.diffusers.ulysses_path() == path
+        _, backend = traced(model, inputs)
+        nodes = [n for g in backend.graphs for n in g.graph.nodes if n.target == torch.ops.xstage.ulysses_attention.default]
+        assert len(nodes) == 2 and all(n.args[4] == path for n in nodes)
+    finally:
+        xstage.diffusers.set_ulysses_path(None)
+    assert xstage.diffusers.ulysses_path() == xstage.ulysses.DEFAULT_ULYSSES_PATH
 
 
 class Calls(TorchDispatchMode):

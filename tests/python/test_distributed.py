@@ -46,8 +46,9 @@ def test_ulysses_fake_shapes(fake):
     q = cuda(2, 300, 8, 128)
     out = xstage.ulysses_attention(q, q, q)
     assert out.shape == q.shape and out.dtype == BF16 and out.device == q.device and out.is_contiguous()
-    out = xstage.ulysses_attention(q, q, q, fused=False, store_path="st_global")
-    assert out.shape == q.shape
+    for path in ("serial", "fused_post", "fused_both"):
+        out = xstage.ulysses_attention(q, q, q, path=path, store_path="st_global")
+        assert out.shape == q.shape
 
 
 @pytest.mark.parametrize("name,dtype", [("q", torch.float16), ("k", F32), ("v", FP8)])
@@ -118,6 +119,18 @@ def test_ulysses_store_path(fake):
     q = cuda(1, 64, 4, 64)
     with pytest.raises(ValueError, match=r"store_path is 'nvls'"):
         xstage.ulysses_attention(q, q, q, store_path="nvls")
+
+
+@pytest.mark.parametrize("path", ["fused", "Fused_Post", ""])
+def test_ulysses_unknown_path(fake, path):
+    q = cuda(1, 64, 4, 64)
+    with pytest.raises(xstage.InputError, match=rf"unknown Ulysses path '{path}' \(choose from serial, fused_post, fused_both\)"):
+        xstage.ulysses_attention(q, q, q, path=path)
+
+
+def test_ulysses_default_path_is_a_path(c_library):
+    assert _capi.ulysses_path_from_name(xstage.ulysses.DEFAULT_ULYSSES_PATH) in (
+        _capi.ULYSSES_SERIAL, _capi.ULYSSES_FUSED_POST, _capi.ULYSSES_FUSED_BOTH)
 
 
 def test_ulysses_cpu_tensors_say_cuda_is_needed():
@@ -490,6 +503,24 @@ def test_c_ulysses_shape_rejects(c_library, shape, message):
         _capi.ulysses_check_shape(*shape)
 
 
+def test_c_ulysses_path_names(c_library):
+    """The XSTAGE_ULYSSES_* values: 1 is the old `fused = 1`; a name or a value outside them is refused by name."""
+    assert [_capi.ulysses_path_from_name(n) for n in ("serial", "fused_post", "fused_both")] == [
+        _capi.ULYSSES_SERIAL, _capi.ULYSSES_FUSED_POST, _capi.ULYSSES_FUSED_BOTH] == [0, 1, 2]
+    with pytest.raises(xstage.InputError, match=r"xstage_ulysses_path_from_name: unknown Ulysses path 'fused' \(choose from"):
+        _capi.ulysses_path_from_name("fused")
+    status = c_library.xstage_ulysses_path_from_name(None, ctypes.byref(ctypes.c_int32()))
+    assert status == _capi.ERROR_INPUT and b"name or path is NULL" in c_library.xstage_last_error()
+
+
+@pytest.mark.parametrize("path", [-1, 3, 2**31 - 1])
+def test_c_ulysses_forward_refuses_a_bad_path(c_library, path):
+    """Checked before anything else: no layer, tensor or GPU is needed to see it."""
+    with pytest.raises(xstage.InputError, match=rf"xstage_ulysses_forward: path is {path}; it must be XSTAGE_ULYSSES_SERIAL \(0\), "
+                                                r"XSTAGE_ULYSSES_FUSED_POST \(1\) or XSTAGE_ULYSSES_FUSED_BOTH \(2\)"):
+        _capi.ulysses_forward(None, None, None, None, None, path, 0)
+
+
 def test_c_ulysses_shape_accepts(c_library):
     _capi.ulysses_check_shape(1, 8192, 24, 128, 8)
     _capi.ulysses_check_shape(2, 4097, 3, 64, 1)
@@ -497,7 +528,8 @@ def test_c_ulysses_shape_accepts(c_library):
 
 def test_c_null_handles(c_library):
     with pytest.raises(xstage.InputError, match="xstage_ulysses_forward: layer is NULL"):
-        _capi.ulysses_forward(None, ct([1, 64, 4, 64]), ct([1, 64, 4, 64]), ct([1, 64, 4, 64]), ct([1, 64, 4, 64]), True, 0)
+        _capi.ulysses_forward(None, ct([1, 64, 4, 64]), ct([1, 64, 4, 64]), ct([1, 64, 4, 64]), ct([1, 64, 4, 64]),
+                              _capi.ULYSSES_FUSED_BOTH, 0)
     with pytest.raises(xstage.InputError, match="xstage_moe_poll: layer is NULL"):
         _capi.moe_poll(None)
     with pytest.raises(xstage.InputError, match="xstage_ulysses_create: comm is NULL"):

@@ -175,6 +175,7 @@ def test_library_exports_only_the_c_abi(c_library):
         "xstage_comm_info",
         "xstage_comm_barrier",
         "xstage_comm_destroy",
+        "xstage_ulysses_path_from_name",
         "xstage_ulysses_check_shape",
         "xstage_ulysses_create",
         "xstage_ulysses_forward",

@@ -4,7 +4,7 @@ same shapes run in the same session:
 
   attention  xstage.flash_attention at M = 8192, batch 1, heads 4 and 12, head_dim 128 and 64 (the
              `xstage attention bench --seqlens 8192` points), plus the Flux DiT shape [1, 8704, 24, 128];
-             xstage.ulysses_attention (fused and serial) at the same shapes over the job's ranks (P = 1 in a
+             xstage.ulysses_attention (each path: serial, fused_post, fused_both) at the same shapes over the job's ranks (P = 1 in a
              plain run: the layer's copies and exchanges around the same attention kernel);
   moe        xstage.moe on the DeepSeek-V3-like layer (h 7168, h_inter 2048, E 256, top-8, 4096 tokens per
              rank, bf16; balanced routing as `xstage moe bench`), EP = the job's ranks (1 in a plain run).
@@ -104,8 +104,8 @@ def attention_points(args, comm, results):
         if h % P == 0 and m % P == 0:
             ms = m // P
             qs, ks, vs = (t[:, comm.rank * ms : (comm.rank + 1) * ms].contiguous() for t in (q, k, v))
-            calls["ulysses_attention fused"] = lambda: xstage.ulysses_attention(qs, ks, vs)
-            calls["ulysses_attention serial"] = lambda: xstage.ulysses_attention(qs, ks, vs, fused=False)
+            for path in ("fused_post", "fused_both", "serial"):
+                calls[f"ulysses_attention {path}"] = lambda path=path: xstage.ulysses_attention(qs, ks, vs, path=path)
         for name, fn in calls.items():
             # per rank, the Ulysses layer does 1/P of the attention FLOPs
             f = flops if name == "flash_attention" else flops / P

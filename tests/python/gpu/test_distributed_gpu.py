@@ -8,9 +8,9 @@ Every rank runs the same tests in the same order (the ops are collective). Numer
 largest error over all ranks (an all-reduce), so every rank passes or fails a test together and no rank is
 left waiting in a collective the others skipped.
 
-  - ulysses_attention, fused and serial, against attention over the whole (all-gathered) sequence on one GPU:
-    an fp32 reference (torch SDPA in fp32) and xstage.flash_attention; rel L2 <= 2e-2; fused bit-identical
-    to serial;
+  - ulysses_attention, each path (serial, fused_post, fused_both), against attention over the whole
+    (all-gathered) sequence on one GPU: an fp32 reference (torch SDPA in fp32) and xstage.flash_attention;
+    rel L2 <= 2e-2; both fused paths bit-identical to serial;
   - moe (bf16, fp8 W8A8) against a plain-torch MoE layer over all experts: bf16 rel L2 <= 1e-2 against the
     fp32 layer; fp8 rel L2 <= 1e-2 against the fp32 layer run on the same W8A8 quantization (tokens and the
     SwiGLU output per 1x128, weights per 128x128, emulated in torch), and <= 1e-1 against the unquantized
@@ -133,21 +133,24 @@ def test_ulysses_matches_single_gpu_attention(comm, shape):
     if h % comm.world_size:
         pytest.skip("heads not divisible by the group size")
     (q, k, v), (fq, fk, fv) = shard_inputs(b, m, h, d, seed=ULYSSES_SHAPES.index(shape))
-    fused = xstage.ulysses_attention(q, k, v)
-    serial = xstage.ulysses_attention(q, k, v, fused=False)
-    assert fused.shape == q.shape and fused.dtype == BF16 and fused.is_contiguous()
+    serial = xstage.ulysses_attention(q, k, v, path="serial")
     ref = F.scaled_dot_product_attention(*(t.float().transpose(1, 2) for t in (fq, fk, fv))).transpose(1, 2)
     single = xstage.flash_attention(fq, fk, fv)
-    err_fused = global_max(rel_l2(fused, my_rows(ref)))
     err_serial = global_max(rel_l2(serial, my_rows(ref)))
     err_single = global_max(rel_l2(single, ref))
-    diff_single = global_max((fused.float() - my_rows(single).float()).abs().max().item())
-    identical = global_all(torch.equal(fused, serial))
-    msg = f"fused {err_fused:.2e}, serial {err_serial:.2e}, flash_attention on one GPU {err_single:.2e} (max |fused - it| {diff_single:.2e})"
-    assert err_fused <= ULYSSES_REL_L2 and err_serial <= ULYSSES_REL_L2, msg
-    assert err_fused <= 2 * err_single + 1e-3, msg
-    assert identical, "fused and serial Ulysses differ: " + msg
-    assert global_all(bool(torch.isfinite(fused).all()))
+    assert err_serial <= ULYSSES_REL_L2, f"serial {err_serial:.2e}, flash_attention on one GPU {err_single:.2e}"
+    for path in ("fused_post", "fused_both"):
+        fused = xstage.ulysses_attention(q, k, v, path=path)
+        assert fused.shape == q.shape and fused.dtype == BF16 and fused.is_contiguous()
+        err_fused = global_max(rel_l2(fused, my_rows(ref)))
+        diff_single = global_max((fused.float() - my_rows(single).float()).abs().max().item())
+        identical = global_all(torch.equal(fused, serial))
+        msg = (f"{path} {err_fused:.2e}, serial {err_serial:.2e}, flash_attention on one GPU {err_single:.2e} "
+               f"(max |{path} - it| {diff_single:.2e})")
+        assert err_fused <= ULYSSES_REL_L2, msg
+        assert err_fused <= 2 * err_single + 1e-3, msg
+        assert identical, f"{path} and serial Ulysses differ: " + msg
+        assert global_all(bool(torch.isfinite(fused).all()))
 
 
 @hopper
@@ -413,10 +416,10 @@ def check_graph_replays(fn, static, replays=100, seed=0):
 
 
 @hopper
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "serial"])
-def test_ulysses_cuda_graph_replays(comm, fused):
+@pytest.mark.parametrize("path", ["serial", "fused_post", "fused_both"])
+def test_ulysses_cuda_graph_replays(comm, path):
     (q, k, v), _ = shard_inputs(1, 4096, 8, 128, seed=70)
-    ok = check_graph_replays(lambda q, k, v: xstage.ulysses_attention(q, k, v, fused=fused), [q, k, v])
+    ok = check_graph_replays(lambda q, k, v: xstage.ulysses_attention(q, k, v, path=path), [q, k, v])
     assert global_all(ok)
     xstage.distributed.poll()
 
@@ -454,8 +457,9 @@ def test_1000_calls_each_op_no_hang_flat_memory(comm):
     p = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r))
     pf = xstage.moe_pack_weights(local_experts(w1, P, r), local_experts(w2, P, r), dtype=FP8)
     calls = {
-        "ulysses fused": lambda: xstage.ulysses_attention(q, k, v),
-        "ulysses serial": lambda: xstage.ulysses_attention(q, k, v, fused=False),
+        "ulysses fused_post": lambda: xstage.ulysses_attention(q, k, v, path="fused_post"),
+        "ulysses fused_both": lambda: xstage.ulysses_attention(q, k, v, path="fused_both"),
+        "ulysses serial": lambda: xstage.ulysses_attention(q, k, v, path="serial"),
         "moe bf16": lambda: xstage.moe(x, ids, wts, *p[:4], max_tokens=T),
         "moe fp8": lambda: xstage.moe(x, ids, wts, *pf[:4], max_tokens=T),
     }

@@ -73,7 +73,8 @@ def _check_inputs(q, k, v, world_size, path, store_path, *, fake: bool) -> None:
             f"{_OP}: {h} heads cannot be split over the group's {world_size} ranks; Ulysses gives each rank "
             f"heads/P whole heads, so heads must be a multiple of the group size"
         )
-    _path_code(path)
+    if not torch.compiler.is_compiling():  # a C call; under torch.compile the fake implementation makes it
+        _path_code(path)
     if store_path not in _STORE_PATHS:
         raise ValueError(f"{_OP}: store_path is {store_path!r}; it must be one of {sorted(_STORE_PATHS)}")
 

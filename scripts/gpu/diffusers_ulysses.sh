@@ -2,8 +2,9 @@
 # The "xstage" attention backend under diffusers' own context parallelism on >= 2 GPUs of one NVLink domain:
 # model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)), P = GPUS (default: every visible GPU).
 # Flux.1 (joint text + image attention) and the Wan 2.1-like model (self-attention; its processor keeps the
-# cross-attention to the text local), both on xstage's fused Ulysses layer, against the one-GPU output and timed
-# in turn with diffusers' Ulysses on native SDPA, cuDNN and torch-flash (tools/dit/bench.py under torchrun).
+# cross-attention to the text local), both on xstage's Ulysses layer (its default path, and fused_both), against the
+# one-GPU output and timed in turn with diffusers' Ulysses on native SDPA, cuDNN and torch-flash (tools/dit/bench.py
+# under torchrun).
 # Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh): XSTAGE_WHEELS, MODELS (default flux,wan) and
 # REPS as in scripts/gpu/diffusers.sh. Writes $OUT/diffusers_ulysses.log and $OUT/diffusers_ulysses.tar.xz.
 #

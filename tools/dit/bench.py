@@ -16,8 +16,9 @@ One GPU (a plain run), per model of tools/dit/models.py at its published size, r
 
 Under torchrun (P ranks, one GPU each), --models flux,wan: the model's output on one GPU (every rank computes
 it), then model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=P)) and one forward per
-backend that supports context parallelism (native, _native_cudnn, _native_flash and xstage by default), rel L2
-against the one-GPU output and timed in turn (the largest median over ranks).
+backend that supports context parallelism (native, _native_cudnn, _native_flash, xstage on its default Ulysses
+path and xstage:fused_both by default; xstage:<path> is the xstage backend with xstage.diffusers.set_ulysses_path),
+rel L2 against the one-GPU output and timed in turn (the largest median over ranks).
 
 Writes JSON to --out (rank 0) and prints a table.
 
@@ -44,7 +45,17 @@ from common import timing  # noqa: E402
 from dit import models as dit_models  # noqa: E402
 
 BACKENDS = ("native", "_native_cudnn", "_native_flash", "_native_efficient", "flex", "_native_math", "xstage")
-PARALLEL_BACKENDS = ("native", "_native_cudnn", "_native_flash", "xstage")
+PARALLEL_BACKENDS = ("native", "_native_cudnn", "_native_flash", "xstage", "xstage:fused_both")
+
+
+def use_backend(model, label):
+    """Sets the attention backend a label names: a diffusers backend, or "xstage:<path>" (the xstage backend on that
+    Ulysses path; plain "xstage" on the default one)."""
+    import xstage.diffusers as xd
+
+    backend, _, path = label.partition(":")
+    xd.set_ulysses_path(path or None)
+    model.set_attention_backend(backend)
 
 
 def rel_l2(x, ref):
@@ -177,7 +188,7 @@ def parallel_model(name, args, say):
     outputs, errors = {}, {}
     for backend in args.backends:
         try:
-            model.set_attention_backend(backend)
+            use_backend(model, backend)
             forward(model, inputs)
             outputs[backend] = forward(model, inputs).float()
         except Exception as e:
@@ -190,7 +201,7 @@ def parallel_model(name, args, say):
               "rel_l2_vs_one_gpu": {b: e for b, e in zip(args.backends, t.tolist()) if b in outputs}}
     say(f"  {name} P={ranks}: rel L2 vs one GPU " + ", ".join(f"{b} {e:.2e}" for b, e in result["rel_l2_vs_one_gpu"].items()))
     units = {b: (lambda: forward(model, inputs)) for b in outputs}
-    prepare = {b: (lambda b=b: model.set_attention_backend(b)) for b in outputs}
+    prepare = {b: (lambda b=b: use_backend(model, b)) for b in outputs}
     medians, samples = in_turn(units, prepare, args.reps, say)
     result.update(median_ms=medians, samples_ms=samples, xstage=speedups(medians, "xstage"))
     return result
@@ -208,7 +219,8 @@ def machine():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=None, help="comma-separated, of " + ", ".join(dit_models.MODELS))
-    p.add_argument("--backends", default=None, help="comma-separated diffusers backend names (xstage included)")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated diffusers backend names (xstage included; under torchrun also xstage:<Ulysses path>)")
     p.add_argument("--size", default="full", choices=("full", "tiny"))
     p.add_argument("--reps", type=int, default=5, help="timings per backend, taken in turn")
     p.add_argument("--slow", type=float, default=5.0, help="leave out of the turns a backend this many times native's time")

@@ -147,6 +147,15 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
         ++rows_in[i];
       }
       for (int i = 0; i < c.per_batch(); ++i) EXPECT_EQ(rows_in[i], c.rows_of(i % c.per_source)) << "chunk " << i;
+      // A flag's index names its batch, source rank and chunk (what a timeout reports).
+      for (int b = 0; b < s.batch; ++b)
+        for (int j = 0; j < P; ++j)
+          for (int k = 0; k < c.per_source; ++k) {
+            const InputFlagOwner o = input_flag_owner(c, b * c.per_batch() + j * c.per_source + k);
+            EXPECT_EQ(o.batch, b);
+            EXPECT_EQ(o.source, j);
+            EXPECT_EQ(o.chunk, k);
+          }
       // The producer's walk over rows [a, b): each chunk touched once, in order.
       for (int a : {0, Ms / 2, s.seqlen - 1})
         for (int len : {1, 64, 128, 192, s.seqlen}) {

@@ -151,10 +151,15 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   }
 }
 
-std::string describe_failure(const comm::DeviceStatus& st, double timeout_s) {
+std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, const InputChunks& chunks) {
   switch (static_cast<UlyssesWait>(st.what)) {
-    case UlyssesWait::inputs:
-      return comm::describe_timeout(st, timeout_s, "Ulysses attention", "an input chunk's arrival flag (fused_both)", true);
+    case UlyssesWait::inputs: {
+      const InputFlagOwner o = input_flag_owner(chunks, st.index >= 0 ? st.index : 0);
+      return comm::describe_timeout(st, timeout_s, "Ulysses attention",
+                                    "the arrival flag of rank " + std::to_string(o.source) + "'s input chunk " + std::to_string(o.chunk) +
+                                        " of batch " + std::to_string(o.batch) + " (fused_both), flags",
+                                    true);
+    }
     case UlyssesWait::start:
       return comm::describe_timeout(st, timeout_s, "Ulysses attention", "the start-of-call barrier (fused_both), from rank", true);
     default:
@@ -533,7 +538,7 @@ void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPa
 
 void UlyssesAttention::poll() const {
   for (const auto& r : ranks_)
-    if (const auto failure = r->state.failure()) throw PlatformError(describe_failure(*failure, opt_.timeout_s));
+    if (const auto failure = r->state.failure()) throw PlatformError(describe_failure(*failure, opt_.timeout_s, chunks_));
 }
 
 std::uint32_t UlyssesAttention::calls_done(int i) const { return ranks_.at(i)->state.calls_done(); }

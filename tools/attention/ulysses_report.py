@@ -3,7 +3,8 @@
 E_res = T_fused - T_FA, hiding = (T_serial - T_fused) / (T_serial - T_FA), speedup = T_serial / T_fused, and
 the layer's second half against cuDNN SDPA + NCCL all-to-all) and a Fig. 11 analog (E_res / T_FA over M with
 the X-Stage prediction and the completion-coupled counterfactual), from `xstage attention ulysses bench`'s
-JSON and, optionally, tools/attention/ulysses_torch_bench.py's.
+JSON and, optionally, tools/attention/ulysses_torch_bench.py's. Where the bench timed the whole layer by each path
+(serial, fused_post, fused_both), a second table sets them beside FA-only.
 
     python3 tools/attention/ulysses_report.py --bench bench.json [--torch bench_torch.json] --out DIR
 Writes DIR/table.md and DIR/fig11.png (the figure needs matplotlib; the table does not).
@@ -14,6 +15,27 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common import results  # noqa: E402
+
+
+def layer_table(bench) -> list:
+    """The whole layer by each path beside FA-only, where the bench timed them (none: no lines)."""
+    rows = [r for r in bench["results"] if "T_layer_fused_both_us" in r]
+    if not rows:
+        return []
+    virtual = " (virtual ranks: every rank's work one after another on one GPU, every \"remote\" byte local)" if bench.get("virtual") else ""
+    lines = ["", f"The whole layer by each path{virtual}, µs per call: serial (all-to-all, attention, all-to-all), fused_post "
+             "(all-to-all, then attention with the post-attention all-to-all in its epilogue, copy-out), fused_both "
+             "(the inputs pushed by the copy engines while the attention runs, copy-out). fused_both/FA: the median over "
+             "trials of the per-trial ratio.", ""]
+    head = "| d | heads/rank | M | T_FA | serial | fused_post | fused_both | fused_both/FA | fused_post ÷ fused_both | serial ÷ fused_both | chunks per source × rows |"
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        both = r["T_layer_fused_both_us"]
+        lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {r['T_FA_us']:.1f} | {r['T_layer_serial_us']:.1f} | "
+                     f"{r['T_layer_fused_post_us']:.1f} | {both:.1f} | {r['layer_fused_both_over_FA_median_of_trials']:.4f} | "
+                     f"{r['T_layer_fused_post_us'] / both:.3f} | {r['T_layer_serial_us'] / both:.3f} | "
+                     f"{r['input_chunks_per_source']} × {r['input_chunk_rows']} |")
+    return lines
 
 
 def main():
@@ -51,6 +73,7 @@ def main():
                      f"{100 * r['hiding']:.1f}% | {r['speedup']:.3f} | {r['predicted'].get('E_res_us', r['predicted']['E_drain_us']):.1f} | {r['predicted']['E_cc_us']:.1f} | "
                      f"{theirs} | {vs} |")
         groups.setdefault((r["head_dim"], r["heads_per_rank"]), []).append(r)
+    lines += layer_table(bench)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

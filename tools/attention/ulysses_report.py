@@ -25,7 +25,7 @@ def layer_table(bench) -> list:
     virtual = " (virtual ranks: every rank's work one after another on one GPU, every \"remote\" byte local)" if bench.get("virtual") else ""
     lines = ["", f"The whole layer by each path{virtual}, µs per call: serial (all-to-all, attention, all-to-all), fused_post "
              "(all-to-all, then attention with the post-attention all-to-all in its epilogue, copy-out), fused_both "
-             "(the inputs pushed by the copy engines while the attention runs, copy-out). fused_both/FA: the median over "
+             "(the inputs pushed by a pusher kernel on a few SMs while the attention runs, copy-out). fused_both/FA: the median over "
              "trials of the per-trial ratio.", ""]
     head = "| d | heads/rank | M | T_FA | serial | fused_post | fused_both | fused_both/FA | fused_post ÷ fused_both | serial ÷ fused_both | chunks per source × rows |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]

@@ -5,8 +5,8 @@ same shard of the attention output over the whole sequence: the pre-attention al
 heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back. Three paths
 (docs/ATTENTION.md): "serial" (NCCL all-to-all, attention, NCCL all-to-all), "fused_post" (the post-attention
 all-to-all inside the attention kernel's epilogue, straight into the owners' NVLink windows) and "fused_both"
-(that, and the copy engines push Q, K and V into the other ranks chunk by chunk while the attention kernel
-runs). DEFAULT_ULYSSES_PATH is the measured best; every other caller (xstage.diffusers) takes it from here.
+(that, and a pusher kernel on a few SMs of its own copies Q, K and V into every rank's inbox chunk by chunk
+while the attention kernel runs). DEFAULT_ULYSSES_PATH is the measured best; every other caller (xstage.diffusers) takes it from here.
 Registered as
 torch.ops.xstage.ulysses_attention (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA
@@ -137,8 +137,8 @@ def ulysses_attention(
     group: a torch.distributed process group for which xstage.distributed.init(group) was called (default:
     the default group; a process without torch.distributed, or whose default group has one rank, needs no
     init: a local communicator of one rank is built on the first call). path: "fused_post" (the post-attention
-    all-to-all inside the attention kernel), "fused_both" (that, and Q, K, V pushed by the copy engines while
-    the kernel runs) or "serial" (NCCL all-to-all, attention, NCCL all-to-all); the same on every rank; all
+    all-to-all inside the attention kernel), "fused_both" (that, and Q, K, V pushed by a pusher kernel
+    while the attention kernel runs) or "serial" (NCCL all-to-all, attention, NCCL all-to-all); the same on every rank; all
     three give bit-identical outputs. Default DEFAULT_ULYSSES_PATH. store_path: how the fused epilogue stores
     to peers ("tma" or "st_global"). timeout_s: every device-side wait gives up after it (a failure surfaces
     through xstage.distributed.poll() or the next call).

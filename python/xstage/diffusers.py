@@ -12,8 +12,9 @@ and cross-attention (key length other than the query's), `scale`, `return_lse` (
 as diffusers' own backends return it) and key-padding masks: [seq_k], [batch, seq_k], [batch, seq_q, seq_k] or
 [batch, heads, seq_q, seq_k] whose values are the same for every query and head of a sequence; boolean (True:
 attend) or additive (0: attend; -inf or <= -1e4: masked). Everything else raises an error naming it: causal
-attention, dropout, grouped-query attention, masks that differ per query or head or carry a bias, other dtypes
-and head dims (the last from xstage.flash_attention).
+attention, dropout, grouped-query attention, masks of other shapes or dtypes, other dtypes and head dims (the last
+from xstage.flash_attention); masks whose values differ per query or head or carry a bias fail a device-side
+assertion (below).
 
 A key-padding mask never reaches the host: on the GPU, each sequence's kept keys are moved first (a stable sort of
 the mask and one gather of key and value) and counted, and the kernel attends to that many keys per sequence

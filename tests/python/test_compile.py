@@ -44,6 +44,18 @@ def test_fullgraph_lse_shapes(fake):
     assert node.args[3:] == (0.05, True, None)  # scale and return_lse are baked into the graph; no key lengths
 
 
+def test_fullgraph_with_key_lengths(fake):
+    """Per-sequence key lengths computed in the graph from a mask (no host read) and passed to the op."""
+    torch._dynamo.reset()
+    backend = Capture()
+    q, k = torch.empty(3, 500, 4, 64, dtype=BF16, device="cuda"), torch.empty(3, 77, 4, 64, dtype=BF16, device="cuda")
+    keep = torch.empty(3, 77, dtype=torch.bool, device="cuda")
+    f = lambda q, k, keep: xstage.flash_attention(q, k, k, key_lengths=keep.sum(-1, dtype=torch.int32))  # noqa: E731
+    out = torch.compile(f, fullgraph=True, backend=backend)(q, k, keep)
+    assert out.shape == q.shape and len(backend.graphs) == 1
+    assert backend.node(torch.ops.xstage.flash_attention.default).args[5] is not None
+
+
 def test_aot_eager_functionalizes_through_the_op(fake):
     """aot_eager runs AOTAutograd (functionalization, the fake implementation under its own fake mode)."""
     torch._dynamo.reset()

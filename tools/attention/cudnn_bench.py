@@ -18,7 +18,9 @@ the kernel are compared in one process, in turn (an A/B that separate processes 
 second copy of the library runs eagerly but its launches crashed when replayed from a CUDA graph (an illegal
 address on the H200, even for an identical copy of the package's library), so such runs take `--timing eager`:
 each timing is then back-to-back eager calls filling >= 2 ms, which matches the graph replay for kernels of
->= 0.1 ms (the C ABI's host time per call is ~13 us).
+>= 0.1 ms (the C ABI's host time per call is ~13 us). The same crash, with the package's library alone, when
+xstage's graph is captured before cuDNN's (`--backends xstage,cudnn`; `cudnn,xstage`, the default, and either
+alone replay fine): an open defect (results/h200/attention/2026-12-01-fa4-in-turn/README.md); time such orders eagerly.
 Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
 the DiT shapes of docs/ATTENTION.md.
 """

@@ -14,13 +14,13 @@ A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded wi
 More backends: `fa4` (FlashAttention-4's CuTe-DSL kernels, `flash_attn.cute.interface.flash_attn_func`, where
 importable; JIT-compiled per shape during the warm-up, on [batch, M, heads, d] like xstage), and `xstage:NAME` for
 every `--xstage-lib NAME=PATH`: another build of libxstage_c.so loaded beside the package's, so that two builds of
-the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above). A
-second copy of the library runs eagerly but its launches crashed when replayed from a CUDA graph (an illegal
-address on the H200, even for an identical copy of the package's library), so such runs take `--timing eager`:
-each timing is then back-to-back eager calls filling >= 2 ms, which matches the graph replay for kernels of
->= 0.1 ms (the C ABI's host time per call is ~13 us). The same crash, with the package's library alone, when
-xstage's graph is captured before cuDNN's (`--backends xstage,cudnn`; `cudnn,xstage`, the default, and either
-alone replay fine): an open defect (results/h200/attention/2026-12-01-fa4-in-turn/README.md); time such orders eagerly.
+the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above). Graph
+replays of xstage's calls used to crash (an illegal address) when another backend's graph was captured after
+xstage's: the call, holding the copies of q, k, v it had prepared, was dropped once its graph was captured, and
+the next capture's torch.cuda.empty_cache() freed that memory under the graph
+(results/h200/attention/2026-12-01-fa4-in-turn/README.md). Each call now lives as long as its graph (fixed after
+that run, not yet re-run on a GPU). `--timing eager`: each timing is back-to-back eager calls filling >= 2 ms,
+which matches the graph replay for kernels of >= 0.1 ms (the C ABI's host time per call is ~13 us).
 Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
 the DiT shapes of docs/ATTENTION.md.
 """
@@ -186,8 +186,6 @@ def main():
     unknown = [b for b in args.backends.split(",") if b not in known]
     if unknown:
         ap.error(f"--backends: unknown {', '.join(unknown)} (choose from {', '.join(known)})")
-    if libs and args.timing == "graph":
-        ap.error("--xstage-lib needs --timing eager (a second copy of the library crashed under CUDA-graph replay)")
     libs = {name: load_xstage_library(path) for name, path in libs.items()}
     if args.shapes is None:
         args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d))
@@ -214,12 +212,14 @@ def main():
         q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32).mul_(2).sub_(1)
                    .to(torch.bfloat16) for _ in range(3))
         flops = 4.0 * m * m * d * h * b
-        units, records = {}, {}
+        # Each backend's call (and the tensors it prepared) lives as long as its graph: every capture begins with
+        # torch.cuda.empty_cache(), which would return a dropped call's memory to the driver under its graph.
+        units, records, calls = {}, {}, {}
         for name in args.backends.split(","):
             rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "batch": b}
             records[name] = rec
             try:
-                fn = make_call(name, q, k, v)
+                fn = calls[name] = make_call(name, q, k, v)
                 warm_up(fn, 1000.0 if first else args.warmup_ms)
                 first = False
                 inner = calls_per_timing(fn)

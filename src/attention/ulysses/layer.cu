@@ -88,7 +88,7 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 // group per warp at a time, 16-byte loads and stores, kPushUnroll loads in flight per lane (remote stores through
 // LSA pointers with real ranks). After its share of an item every thread fences, and the CTA adds 1 to the item's
 // arrival flag: the chunk is there at G. (A TMA-bulk version, one thread per CTA with four 48 KB stages, measured
-// 1.1-1.4x slower on one H200: docs/ATTENTION.md.)
+// no faster on one H200: docs/ATTENTION.md.)
 struct Pusher {
   PushOrder order;
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)

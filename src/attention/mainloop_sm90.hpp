@@ -147,8 +147,8 @@ struct MainloopSm90 {
     for (int m = m0; m < m1; m = in.chunks.next_chunk_row(m)) {
       const int i = in.chunks.index_of_row(m);
       if ((w.arrived >> i) & 1u) continue;
-      const std::uint32_t* flag = in.flags + b * in.chunks.per_batch() + i;
-      const int index = b * in.chunks.per_batch() + i, what = static_cast<int>(UlyssesWait::inputs);
+      const int index = in.chunks.flag(b, i), what = static_cast<int>(UlyssesWait::inputs);
+      const std::uint32_t* flag = in.flags + index;
       if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target, what, index);
       else comm::wait_counter<false>(in.wait, flag, in.target, what, index);
       w.arrived |= std::uint64_t{1} << i;

@@ -151,7 +151,8 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
       for (int b = 0; b < s.batch; ++b)
         for (int j = 0; j < P; ++j)
           for (int k = 0; k < c.per_source; ++k) {
-            const InputFlagOwner o = input_flag_owner(c, b * c.per_batch() + j * c.per_source + k);
+            EXPECT_EQ(c.flag(b, c.in_batch(j, k)), (b * P + j) * c.per_source + k);  // the flags' layout
+            const InputChunks::FlagOwner o = c.owner_of_flag(c.flag(b, c.in_batch(j, k)));
             EXPECT_EQ(o.batch, b);
             EXPECT_EQ(o.source, j);
             EXPECT_EQ(o.chunk, k);

@@ -18,6 +18,11 @@
 namespace xstage::attention {
 namespace {
 
+// One rank's head-sharded tensor [B][M][Hp][d] in bytes, equal to its sequence-sharded one [B][Ms][H][d].
+std::int64_t head_sharded_bytes(const UlyssesShape& s) {
+  return static_cast<std::int64_t>(s.batch) * s.seqlen * s.local_heads() * s.head_dim * 2;
+}
+
 // Grid-stride copies: a few blocks per SM.
 constexpr int kCopyThreads = 256;
 int copy_blocks() { return current_device_facts().sm_count * 4; }
@@ -94,7 +99,8 @@ struct Pusher {
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
   const std::uint8_t* k[kMaxUlyssesRanks] = {};
   const std::uint8_t* v[kMaxUlyssesRanks] = {};
-  std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d] then its flags
+  std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d]
+  std::uint32_t* flags[kMaxUlyssesRanks] = {};   // by receiver: its arrival flags (InputChunks::flag)
   std::int64_t head_sharded_bytes = 0;           // one of the three
 };
 
@@ -144,9 +150,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
     __threadfence_system();  // this thread's stores of the item, before the flag (at a peer, with real ranks)
     __syncthreads();
     if (threadIdx.x == 0) {
-      std::uint32_t* flag = reinterpret_cast<std::uint32_t*>(p.inbox[it.receiver] + 3 * p.head_sharded_bytes) +
-                            it.batch * c.per_batch() + it.source * c.per_source + it.chunk;
-      comm::red_release_sys_add(flag, 1u);
+      comm::red_release_sys_add(p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk)), 1u);
     }
   }
 }
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, const InputChunks& chunks) {
   switch (static_cast<UlyssesWait>(st.what)) {
     case UlyssesWait::inputs: {
-      const InputFlagOwner o = input_flag_owner(chunks, st.index >= 0 ? st.index : 0);
+      const InputChunks::FlagOwner o = chunks.owner_of_flag(st.index >= 0 ? st.index : 0);
       return comm::describe_timeout(st, timeout_s, "Ulysses attention",
                                     "the arrival flag of rank " + std::to_string(o.source) + "'s input chunk " + std::to_string(o.chunk) +
                                         " of batch " + std::to_string(o.batch) + " (fused_both), flags",
@@ -235,8 +239,8 @@ struct UlyssesAttention::Rank {
   std::uint32_t* arrived = nullptr;
   AllToAllDestinations dst;
   // fused_both: the head-sharded inputs Q, K, V [B][M][Hp][d] the peers push into, then their arrival flags
-  // [B][chunks per batch], the start barrier's flags [P] and this rank's push word; local (virtual ranks) or
-  // symmetric. inbox_of[j]: rank j's inbox as this rank addresses it.
+  // [B][chunks per batch] and the start barrier's flags [P]; local (virtual ranks) or symmetric. inbox_of[j]: rank
+  // j's inbox as this rank addresses it.
   DeviceBuffer inbox_local;
   std::unique_ptr<comm::SymmetricBuffer> inbox_symmetric;
   char* inbox = nullptr;
@@ -269,9 +273,8 @@ UlyssesAttention::~UlyssesAttention() = default;
 int UlyssesAttention::rank_of(int i) const { return ranks_.at(i)->rank; }
 
 void UlyssesAttention::allocate(comm::Runtime* rt) {
-  const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
-                     d = shape_.head_dim;
-  const std::int64_t head_sharded = B * M * Hp * d * 2;  // bytes; equal to one rank's sequence-sharded tensor
+  const std::int64_t B = shape_.batch, Ms = shape_.shard_rows(), H = shape_.heads, d = shape_.head_dim;
+  const std::int64_t head_sharded = head_sharded_bytes(shape_);
   const std::int64_t window_bytes = 2 * B * Ms * H * d * 2, counter_offset = window_bytes, total = window_bytes + 128;
   const int held = rt ? 1 : shape_.ranks;
   for (int i = 0; i < held; ++i) {
@@ -436,7 +439,7 @@ void UlyssesAttention::enqueue_attention_fused(cudaStream_t stream) {
 
 // The fused kernel of every held rank; `gated`: on the inboxes, waiting for the input chunks (fused_both).
 void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool gated) {
-  const std::int64_t head_sharded = static_cast<std::int64_t>(shape_.batch) * shape_.seqlen * shape_.local_heads() * shape_.head_dim * 2;
+  const std::int64_t head_sharded = head_sharded_bytes(shape_);
   for (auto& r : ranks_) {
     if (gated)
       flash_attention_forward_all_to_all(
@@ -463,8 +466,13 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cu
     p.k[j] = static_cast<const std::uint8_t*>(views[i].k);
     p.v[j] = static_cast<const std::uint8_t*>(views[i].v);
   }
-  for (int r = 0; r < shape_.ranks; ++r) p.inbox[r] = reinterpret_cast<std::uint8_t*>(ranks_[0]->inbox_of[r]);
-  p.head_sharded_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.seqlen * shape_.local_heads() * shape_.head_dim * 2;
+  // The receivers' flags sit at the same offset in every inbox (symmetric layout).
+  const std::ptrdiff_t flags_offset = reinterpret_cast<const char*>(ranks_[0]->inputs.flags) - ranks_[0]->inbox;
+  for (int r = 0; r < shape_.ranks; ++r) {
+    p.inbox[r] = reinterpret_cast<std::uint8_t*>(ranks_[0]->inbox_of[r]);
+    p.flags[r] = reinterpret_cast<std::uint32_t*>(ranks_[0]->inbox_of[r] + flags_offset);
+  }
+  p.head_sharded_bytes = head_sharded_bytes(shape_);
   launch_kernel(pusher_kernel, opt_.push_ctas, kPushThreads, 0, stream, p);
 }
 

@@ -63,16 +63,6 @@ void validate(const UlyssesShape& shape);
 // Throws InputError naming the option: push_ctas 1 to 16, timeout > 0.
 void validate(const UlyssesOptions& options);
 
-// Whose fused_both arrival flag flags[index] is (index = b·per_batch() + j·per_source + c, InputChunks): a timeout
-// names the rank that did not push.
-struct InputFlagOwner {
-  int batch, source, chunk;
-};
-inline InputFlagOwner input_flag_owner(const InputChunks& c, int index) {
-  const int g = index % c.per_batch();
-  return {index / c.per_batch(), g / c.per_source, g % c.per_source};
-}
-
 class UlyssesAttention {
  public:
   // Real ranks: this process is rank rt.rank() of rt.world_size() = shape.ranks (collective: every rank

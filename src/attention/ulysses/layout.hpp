@@ -60,8 +60,8 @@ XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSe
 // The inputs of the path that hides both all-to-alls (UlyssesPath::fused_both), as chunks: source rank j's Ms
 // rows of one batch are cut into `per_source` chunks of `rows` rows (its last one may be shorter). Chunk c of
 // source j covers the sequence rows [j·Ms + c·rows, min(j·Ms + (c+1)·rows, (j+1)·Ms)); its Q, K and V rows
-// arrive together and then its arrival flag, flags[b · per_batch() + j · per_source + c], so the attention
-// kernel waits per chunk, not per tile. At most 64 chunks per batch: the kernel's producer keeps one bit per
+// arrive together and then its arrival flag, flags[flag(b, in_batch(j, c))], so the attention kernel waits per
+// chunk, not per tile. At most 64 chunks per batch: the kernel's producer keeps one bit per
 // chunk it has seen arrive.
 struct InputChunks {
   int shard_rows = 1;  // Ms
@@ -70,10 +70,21 @@ struct InputChunks {
   int per_source = 1;
 
   XSTAGE_HD constexpr int per_batch() const { return ranks * per_source; }
+  // Chunk c of source j as an index within its batch, and that chunk's flag in batch b.
+  XSTAGE_HD constexpr int in_batch(int j, int c) const { return j * per_source + c; }
+  XSTAGE_HD constexpr int flag(int b, int index_in_batch) const { return b * per_batch() + index_in_batch; }
   // The chunk that holds sequence row m (index within its batch).
   XSTAGE_HD constexpr int index_of_row(int m) const {
     const int j = m / shard_rows;
-    return j * per_source + (m - j * shard_rows) / rows;
+    return in_batch(j, (m - j * shard_rows) / rows);
+  }
+  // Whose flag flags[f] is (a timeout names the rank that did not push).
+  struct FlagOwner {
+    int batch, source, chunk;
+  };
+  XSTAGE_HD constexpr FlagOwner owner_of_flag(int f) const {
+    const int g = f % per_batch();
+    return {f / per_batch(), g / per_source, g % per_source};
   }
   // The first row after the chunk that holds row m.
   XSTAGE_HD constexpr int next_chunk_row(int m) const {

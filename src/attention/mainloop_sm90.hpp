@@ -262,8 +262,7 @@ struct MainloopSm90 {
       *reinterpret_cast<cutlass::Array<Element, N>*>(tOrP.data()) = p;
     };
 
-    const int seqlen_k = tile_seqlen_k(params, tile);
-    const int n_last = ceil_div(seqlen_k, kBlockN) - 1;
+    const int n_last = ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
     softmax.reset();
     clear(tOrO);
     cutlass::arch::ClusterBarrier::wait(&smem.q_full, tile_iteration & 1);
@@ -277,6 +276,7 @@ struct MainloopSm90 {
     warpgroup_fence_operand(tSrS);
     pipeline_k.consumer_release(k_state);
     ++k_state;
+    const int seqlen_k = tile_seqlen_k(params, tile);  // read again here rather than held across the wgmma (registers)
     if ((n_last + 1) * kBlockN > seqlen_k) {
       const int cols_left = seqlen_k - n_last * kBlockN;
       CUTE_UNROLL

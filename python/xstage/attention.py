@@ -209,9 +209,10 @@ def flash_attention(
     Raises TypeError/ValueError for bad arguments, RuntimeError (xstage.PlatformError) when the GPU cannot
     run it, xstage.LibraryError when libxstage_c.so is missing.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"xstage.flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
     if key_lengths is not None and not isinstance(key_lengths, torch.Tensor):
         _check_key_lengths(key_lengths, q)  # raises its TypeError
     if torch.compiler.is_compiling():
@@ -227,7 +228,8 @@ def flash_attention(
     elif isinstance(softmax_scale, (int, float)):
         softmax_scale = float(softmax_scale)
     try:
-        if _ops.needs_autograd(q, k, v):
+        # _ops.needs_autograd, inlined: this runs on every eager call (host time, docs/PYTHON.md)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             out, lse = _ops.forward_only(
                 "xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse), key_lengths
             )

@@ -9,7 +9,8 @@ take turns rep by rep in a rotated order (tools/common/timing.py: the H200's pow
 load, so backends timed one after the other would differ by the clock too), each timing one replay of a CUDA
 graph of back-to-back calls filling >= 2 ms after an untimed replay (GPU time: torch's SDPA dispatch takes more
 host time than the smallest kernels here). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
-A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Writes JSON.
+A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Each backend's output is
+compared with the first backend's (rel L2, `rel_l2_vs_first`: a build that computes something else shows). Writes JSON.
 
 More backends: `fa4` (FlashAttention-4's CuTe-DSL kernels, `flash_attn.cute.interface.flash_attn_func`, where
 importable; JIT-compiled per shape during the warm-up, on [batch, M, heads, d] like xstage), and `xstage:NAME` for
@@ -96,7 +97,7 @@ def xstage_call(q, k, v, lib=None):
     keep = (qb, kb, vb, out)  # the memory the descriptors point at
     # the current stream is asked at every call: under graph capture it is the capture stream
     if lib is None:
-        return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)
+        return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)[1]
     refs = [ctypes.byref(t) for t in c]
 
     def call():
@@ -115,6 +116,16 @@ def fa4_call(q, k, v):
 
     qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     return lambda: flash_attn_func(qb, kb, vb, causal=False)
+
+
+def output_bhmd(name, result):
+    """A call's output as [batch, heads, M, d]: SDPA returns it so; xstage's calls return (q, k, v, out) and FA4
+    (out, lse), both [batch, M, heads, d]."""
+    if name.startswith("xstage"):
+        return result[3].transpose(1, 2)
+    if name == "fa4":
+        return (result[0] if isinstance(result, tuple) else result).transpose(1, 2)
+    return result
 
 
 def parse_shapes(text):
@@ -154,6 +165,9 @@ def markdown_table(points, backends):
         label = f"{shape} [{dims['batch']}, {dims['seqlen']}, {dims['heads']}, {dims['head_dim']}]"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append(f"| geomean vs {base} | " + " | ".join(f"{math.exp(sum(v) / len(v)):.3f}" if v else "" for v in logs.values()) + " |")
+    worst = {b: max((p["rel_l2_vs_first"] for p in points if p["backend"] == b and "rel_l2_vs_first" in p), default=None)
+             for b in backends}
+    lines.append(f"| max rel L2 vs {base} | " + " | ".join(f"{e:.1e}" if e is not None else "" for e in worst.values()) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -215,11 +229,17 @@ def main():
         # Each backend's call (and the tensors it prepared) lives as long as its graph: every capture begins with
         # torch.cuda.empty_cache(), which would return a dropped call's memory to the driver under its graph.
         units, records, calls = {}, {}, {}
+        reference = None  # the first backend's output: every other one is compared with it
         for name in args.backends.split(","):
             rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "batch": b}
             records[name] = rec
             try:
                 fn = calls[name] = make_call(name, q, k, v)
+                out = output_bhmd(name, fn()).float()
+                if reference is None:
+                    reference = out
+                rec["rel_l2_vs_first"] = ((out - reference).norm() / reference.norm()).item()
+                del out
                 warm_up(fn, 1000.0 if first else args.warmup_ms)
                 first = False
                 inner = calls_per_timing(fn)
@@ -233,7 +253,8 @@ def main():
             t = statistics.median(times)
             records[name].update(time_ms=t, tflops=flops / (t * 1e-3) / 1e12, launches_per_timing=units[name][1],
                                  times_ms=times)
-            print(f"{name:>14} {label:>22} {t:>12.4f} {records[name]['tflops']:>10.1f}", flush=True)
+            print(f"{name:>14} {label:>22} {t:>12.4f} {records[name]['tflops']:>10.1f}  rel L2 vs first "
+                  f"{records[name]['rel_l2_vs_first']:.2e}", flush=True)
         points.extend(records.values())
         del q, k, v, units
         torch.cuda.empty_cache()

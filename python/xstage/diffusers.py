@@ -59,9 +59,11 @@ TESTED_VERSIONS = ("0.42.1",)
 UNTESTED_ENV = "XSTAGE_DIFFUSERS_UNTESTED"
 _WHO = "xstage attention backend"
 # An additive mask value at or below this masks the key: it scales the key's softmax weight by exp(-1e4), zero in
-# fp32, for any scores below 1e4 in magnitude (diffusers' models mask with -inf, or -10000 as LTX-Video does). The
-# comparison is made in the mask's dtype, where -10000 may round (bf16: -9984), as the model's own value does.
+# fp32, for any scores below 1e4 in magnitude (diffusers' models mask with -inf, or -10000 as LTX-Video does). A
+# model's -10000 rounds in its mask's dtype (bf16: -9984), so the threshold is taken rounded to that dtype too: the
+# comparison then holds however it is computed (eager compares in bf16; Inductor upcasts to fp32).
 _MASKED_BIAS = -1e4
+_MASKED_BIAS_IN = {t: float(torch.tensor(_MASKED_BIAS, dtype=t)) for t in (torch.bfloat16, torch.float16, torch.float32, torch.float64)}
 # The Ulysses path under enable_parallelism: set_ulysses_path's choice; None: the package's default.
 _ulysses_path: Optional[str] = None
 
@@ -224,7 +226,7 @@ def _kept_keys(mask: torch.Tensor, batch: int, seqlen_q: int, seqlen_k: int) -> 
         row = first == 0
         # One check for both: every value 0 where the first row keeps the key, <= the bias where it masks it.
         torch._assert_async(
-            torch.all(torch.where(row, mask == 0, mask <= _MASKED_BIAS)),
+            torch.all(torch.where(row, mask == 0, mask <= _MASKED_BIAS_IN.get(mask.dtype, _MASKED_BIAS))),
             f"{_WHO}: the additive attn_mask (shape {shape}) is not a key-padding mask: it has values other than 0 "
             f"and <= {_MASKED_BIAS} (a bias on the scores), or kept keys that differ between heads or queries",
         )

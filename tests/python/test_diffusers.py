@@ -228,6 +228,14 @@ def test_key_padding_masks(mask):
     assert xd._kept_keys(mask, 1, 5, 3).tolist() == [[True, True, False]]
 
 
+def test_a_bf16_bias_mask_passes_its_check_when_compiled():
+    """LTX-Video's -10000 is -9984 in bf16: eager compares in bf16, Inductor in fp32, and both must keep the mask."""
+    mask = torch.tensor([0.0, 0.0, -10000.0]).view(1, 1, 1, 3).repeat(2, 4, 1, 1).to(BF16)
+    torch._dynamo.reset()
+    kept = torch.compile(lambda m: xd._kept_keys(m, 2, 5, 3), fullgraph=True)(mask)
+    assert kept.tolist() == [[True, True, False]] * 2
+
+
 @pytest.mark.parametrize(
     "mask,error,message",
     [

@@ -68,6 +68,7 @@ struct FlashFwdKernel {
         auto v_state = cutlass::make_producer_start_state<PipelineKV>();
         typename Mainloop::InputWaits input_waits;
         int iteration = 0;
+#pragma unroll 1
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
           Mainloop::load(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state,
@@ -87,6 +88,7 @@ struct FlashFwdKernel {
       Mainloop::Turns::give_first_turn(consumer_group);
       Epilogue::begin(params.epilogue, smem.epilogue, thread_idx);
       int iteration = 0;
+#pragma unroll 1
       for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
            tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
         const TileCoord coord = scheduler.coord(tile);

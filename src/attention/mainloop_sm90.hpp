@@ -199,12 +199,12 @@ struct MainloopSm90 {
     auto load_k = [&](int n) {
       wait_for_rows(params, waits, tile.batch, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
-      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0), tKgK(_, n), tKsK(_, k_state.index()));
+      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
       ++k_state;
     };
     auto load_v = [&](int n) {
       pipeline_v.producer_acquire(v_state);
-      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0), tVgV(_, n), tVsV(_, v_state.index()));
+      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
       ++v_state;
     };
 
@@ -215,7 +215,8 @@ struct MainloopSm90 {
     }
     wait_for_rows(params, waits, tile.batch, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
-    copy(params.tma_q.with(smem.q_full, 0), tQgQ, tQsQ);
+    copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+#pragma unroll 1
     for (int n = n_last; n > 0; --n) {
       load_k(n - 1);
       load_v(n);
@@ -269,9 +270,7 @@ struct MainloopSm90 {
 
     // First (last-in-sequence, possibly partial) key block.
     pipeline_k.consumer_wait(k_state);
-    Turns::wait(warp_group);
     xstage::wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
-    Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     pipeline_k.consumer_release(k_state);
@@ -287,6 +286,7 @@ struct MainloopSm90 {
     softmax.update(tSrS, o_rescale);
     convert_s_to_p();
 
+#pragma unroll 1
     for (int n = n_last - 1; n >= 0; --n) {
       pipeline_k.consumer_wait(k_state);
       Turns::wait(warp_group);
@@ -310,9 +310,7 @@ struct MainloopSm90 {
     cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);
 
     pipeline_v.consumer_wait(v_state);
-    Turns::wait(warp_group);
     xstage::wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
-    Turns::pass(warp_group);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     pipeline_v.consumer_release(v_state);

@@ -69,11 +69,6 @@ CheckCase rows192(CheckCase c) {
   return c;
 }
 
-// The same case on d=128's 160-key configuration (a candidate only the tuning bench and these cases pick).
-CheckCase keys160(CheckCase c) {
-  c.tile_config = attention::FwdTileConfigId::kHdim128Rows128N160;
-  return c;
-}
 
 std::string describe(const CheckCase& c) {
   std::ostringstream os;
@@ -275,12 +270,6 @@ std::vector<CheckCase> check_cases(bool quick) {
       with_key_lengths({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}, {500, 777}),
       rows192(with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 129, 300})),
       rows192(with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 127, 257})),
-      // d=128 with 160 key rows per step: one partial block, several, packed QKV, key lengths
-      keys160({2, 17, 17, 3, 128, 0.f, true}),
-      keys160({1, 300, 64, 2, 128, 0.f, true}),
-      keys160({1, 8193, 8193, 1, 128}),
-      keys160({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}),
-      keys160(with_key_lengths({4, 1000, 2000, 3, 128}, {1, 159, 160, 2000})),
   };
 }
 

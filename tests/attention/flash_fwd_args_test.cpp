@@ -174,7 +174,7 @@ TEST(ReferenceCpu, PerBatchKeyLengthsAttendToTheFirstKeysOnly) {
 
 TEST(TileDescription, NamesTheTileShape) {
   EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim128Rows128)),
-            "b_m=128 b_n=128 stages=2 (2 consumer warpgroups)");
+            "b_m=128 b_n=160 stages=2 (2 consumer warpgroups)");
   EXPECT_EQ(describe(fwd_tile_shape(FwdTileConfigId::kHdim64Rows192)),
             "b_m=192 b_n=128 stages=3 (3 consumer warpgroups)");
 }

@@ -50,6 +50,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * b + lane));
       rs[b] = RowSource{v.x, v.y};
     }
+    const long long t_loaded = stats_clock_after(rs[0].rank + rs[1].rank + rs[2].rank + rs[3].rank);  // all arrived
     const __nv_bfloat16* staged = smem.staging[slot];
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
     const int cols = C::kHalfL2 ? pr.l2_block_cols(t.n_block) : C::kBlockN;  // a half-full block: its first 128
@@ -75,15 +76,13 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       }
     }
     __syncwarp();
+    const long long t_issued = stats_clock();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
     const long long t0 = stats_clock();
     __threadfence_system();  // this lane's combine stores are visible before the counts are
     __syncwarp();
     const long long drained = stats_clock();
     drain_cycles += drained - t0;
-    if constexpr (kMoeStats)
-      if (sw == 0 && lane == 0 && j < prm.trace.capacity)
-        prm.trace.drains[static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + j] = MoeDrainRecord{t_staged, t0, drained};
     for (int q = 0; q < P; ++q) {
       unsigned n = rows_to[q];
 #pragma unroll
@@ -96,6 +95,15 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     if (lane == 0 && sw == 0) {
       red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
       stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over (its own storer 1 may lag a little)
+    }
+    if constexpr (kMoeStats) {
+      static_assert(C::kStorerWarps == kTracedStorerWarps, "one drain record per storer warp");
+      const long long t_released = stats_clock();
+      if (lane == 0 && j < prm.trace.capacity) {
+        const auto since = [&](long long t) { return static_cast<std::uint32_t>(t - t_staged); };
+        prm.trace.drains[(static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + j) * kTracedStorerWarps + sw] =
+            MoeDrainRecord{t_staged, since(t_loaded), since(t_issued), since(drained), since(t_released)};
+      }
     }
     ++j;
   }

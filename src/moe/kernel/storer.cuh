@@ -70,12 +70,13 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
         const int rank = __shfl_sync(0xffffffffu, rs[i].rank, r_in);
         const int pair = __shfl_sync(0xffffffffu, rs[i].pair, r_in);
-        if (pair < 0) continue;
+        // A row past the expert's last (pair < 0) is skipped by the store's predicate, not by a branch: no
+        // row waits for the previous row's shuffles to resolve a branch, so the rows' reads and stores overlap.
+        const bool row_exists = pair >= 0;
         const int r = 32 * b + r_in;
         const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
-        uint4* to = at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes);
-        if constexpr (C::kHalfL2) st_global_v4_if(to, v, piece_exists);
-        else *to = v;
+        uint4* to = at<uint4>(prm.peer[row_exists ? rank : 0], w.combine.pair_offset(row_exists ? pair : 0) + col_bytes);
+        st_global_v4_if(to, v, row_exists && piece_exists);
       }
     }
     __syncwarp();

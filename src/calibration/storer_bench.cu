@@ -2,7 +2,16 @@
 // store benchmark (store_bench.cu, which stores contiguous bursts from registers with 8 warps): 1 or 2 warps
 // per CTA drain 128-row tiles from a padded shared-memory staging buffer, each row's 16-byte pieces to its own
 // scattered destination row in global memory (local), the row found as the storer finds it (RowSources read
-// with ld.global.cg, then shuffled per row), then end each tile with one of the fence / release variants:
+// with ld.global.cg, then shuffled per row), then end each tile with one of the fence / release variants.
+// Two store loops:
+//
+//   rows          per row: its two shuffles, the destination's table lookup, a branch for a missing row, the
+//                 staged read, the store (the storer before its batched loop)
+//   batch4/8      each lane looks up its own row's destination once per group of 32 rows; then per batch of 4
+//                 or 8 steps all the shuffles, all the staged reads, all the stores (predicated), as storer.cuh
+//                 does (C::kStoreBatch: 4 for fp8, 8 for bf16)
+//
+// Tile ends:
 //
 //   none          no fence, no release (the store issue rate)
 //   gpu_warp      fence.acq_rel.gpu (__threadfence) by every storer warp
@@ -15,11 +24,13 @@
 //                 other warps' stores, which the barrier made its own, before the count), no separate fence
 //   release_tile_gpu  ... red.release.gpu (enough when every destination is on this GPU)
 //
-// Timed with clock64 per CTA (frequency from %globaltimer anchors of the same launch); per variant: ns per tile
+// Timed with clock64 per CTA (frequency from %globaltimer anchors of the same launch): ns per tile
 // (median and p90 over CTAs), of it ns issuing (RowSources to last store issued) and ns in the tile's end (fence
 // and release), GB/s per CTA, and GB/s of the whole launch. Every stored byte is checked on the device.
 //
 //   xstage_storer_bench [--tiles N] [--h H] [--seed S] --out FILE
+//
+// Per variant (row bytes, CTAs, warps, loop, tile end):
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,8 +93,8 @@ __host__ __device__ __forceinline__ uint4 word_of(int c, int r, int q) {
 __device__ __forceinline__ void storers_meet(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
 
 // Tile g = cta·tiles + t of the whole launch writes row block g % n_blocks of the rows sources[g·128 ...]:
-// every destination piece is written once in a launch.
-template <int kRowBytes, TileEnd kEnd>
+// every destination piece is written once in a launch. kBatch: 0 for the row-wise loop, else steps per batch.
+template <int kRowBytes, TileEnd kEnd, int kBatch>
 __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
   constexpr int kLanesPerRow = kRowBytes / 16, kRowsPerStep = 32 / kLanesPerRow;
   constexpr int kPitch = kRowBytes + 16;  // bytes per staged row, padded as C::kStagingPitch pads it
@@ -107,19 +118,44 @@ __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
       if (b % warps == sw) rs[b] = __ldcg(src + 32 * b + lane);
     const std::int64_t col = static_cast<std::int64_t>(g % a.n_blocks) * kRowBytes + piece * 16;
     unsigned rows = 0;
+    if constexpr (kBatch == 0) {
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      if (b % warps != sw) continue;
+      for (int b = 0; b < 4; ++b) {
+        if (b % warps != sw) continue;
 #pragma unroll
-      for (int it = 0; it < 32 / kRowsPerStep; ++it) {
-        const int r_in = kRowsPerStep * it + lane / kLanesPerRow;
-        const int rank = __shfl_sync(0xffffffffu, rs[b].x, r_in);
-        const int row = __shfl_sync(0xffffffffu, rs[b].y, r_in);
-        if (row < 0) continue;
-        const int r = 32 * b + r_in;
-        const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kPitch + piece * 16);
-        *reinterpret_cast<uint4*>(a.peer[rank] + static_cast<std::int64_t>(row) * a.row_pitch + col) = v;
-        rows += piece == 0;
+        for (int it = 0; it < 32 / kRowsPerStep; ++it) {
+          const int r_in = kRowsPerStep * it + lane / kLanesPerRow;
+          const int rank = __shfl_sync(0xffffffffu, rs[b].x, r_in);
+          const int row = __shfl_sync(0xffffffffu, rs[b].y, r_in);
+          if (row < 0) continue;
+          const int r = 32 * b + r_in;
+          const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kPitch + piece * 16);
+          *reinterpret_cast<uint4*>(a.peer[rank] + static_cast<std::int64_t>(row) * a.row_pitch + col) = v;
+          rows += piece == 0;
+        }
+      }
+    } else {
+      constexpr int kSteps = 32 / kRowsPerStep;
+      static_assert(kSteps % kBatch == 0, "whole batches of steps per group of 32 rows");
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        if (b % warps != sw) continue;
+        const bool row_exists = rs[b].y >= 0;
+        const unsigned long long dst =
+            row_exists ? reinterpret_cast<unsigned long long>(a.peer[rs[b].x] + static_cast<std::int64_t>(rs[b].y) * a.row_pitch) : 0ull;
+        rows += __popc(__ballot_sync(0xffffffffu, row_exists)) * (lane == 0);
+#pragma unroll
+        for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
+          unsigned long long to[kBatch];
+          uint4 v[kBatch];
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k) to[k] = __shfl_sync(0xffffffffu, dst, kRowsPerStep * (s0 + k) + lane / kLanesPerRow);
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k)
+            v[k] = *reinterpret_cast<const uint4*>(staging + (32 * b + kRowsPerStep * (s0 + k) + lane / kLanesPerRow) * kPitch + piece * 16);
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k) comm::st_global_v4_if(reinterpret_cast<std::uint8_t*>(to[k]) + col, v[k], to[k] != 0ull);
+        }
       }
     }
     __syncwarp();
@@ -170,24 +206,29 @@ __global__ void check_kernel(Args a, long long all_tiles, unsigned long long* mi
   if (bad) atomicAdd(mismatches, bad);
 }
 
+constexpr int kBatches[] = {0, 4, 8};  // the store loops: row-wise, batches of 4 and of 8 steps
+const char* loop_name(int batch) { return batch == 0 ? "rows" : batch == 4 ? "batch4" : "batch8"; }
+
 template <int kRowBytes, TileEnd kEnd>
-void launch_one(const Args& a, int ctas, int warps, cudaStream_t stream) {
+void launch_one(int batch, const Args& a, int ctas, int warps, cudaStream_t stream) {
+  const auto kernel = batch == 0 ? storer_bench_kernel<kRowBytes, kEnd, 0>
+                      : batch == 4 ? storer_bench_kernel<kRowBytes, kEnd, 4> : storer_bench_kernel<kRowBytes, kEnd, 8>;
   const int smem = kTileRows * (kRowBytes + 16);
-  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(storer_bench_kernel<kRowBytes, kEnd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  launch_kernel(storer_bench_kernel<kRowBytes, kEnd>, dim3(ctas), dim3(32 * warps), smem, stream, a);
+  XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch_kernel(kernel, dim3(ctas), dim3(32 * warps), smem, stream, a);
 }
 
 template <int kRowBytes>
-void launch(TileEnd end, const Args& a, int ctas, int warps, cudaStream_t stream) {
+void launch(TileEnd end, int batch, const Args& a, int ctas, int warps, cudaStream_t stream) {
   switch (end) {
-    case TileEnd::none: return launch_one<kRowBytes, TileEnd::none>(a, ctas, warps, stream);
-    case TileEnd::gpu_warp: return launch_one<kRowBytes, TileEnd::gpu_warp>(a, ctas, warps, stream);
-    case TileEnd::sys_warp: return launch_one<kRowBytes, TileEnd::sys_warp>(a, ctas, warps, stream);
-    case TileEnd::gpu_tile: return launch_one<kRowBytes, TileEnd::gpu_tile>(a, ctas, warps, stream);
-    case TileEnd::sys_tile: return launch_one<kRowBytes, TileEnd::sys_tile>(a, ctas, warps, stream);
-    case TileEnd::storer: return launch_one<kRowBytes, TileEnd::storer>(a, ctas, warps, stream);
-    case TileEnd::release_tile: return launch_one<kRowBytes, TileEnd::release_tile>(a, ctas, warps, stream);
-    case TileEnd::release_tile_gpu: return launch_one<kRowBytes, TileEnd::release_tile_gpu>(a, ctas, warps, stream);
+    case TileEnd::none: return launch_one<kRowBytes, TileEnd::none>(batch, a, ctas, warps, stream);
+    case TileEnd::gpu_warp: return launch_one<kRowBytes, TileEnd::gpu_warp>(batch, a, ctas, warps, stream);
+    case TileEnd::sys_warp: return launch_one<kRowBytes, TileEnd::sys_warp>(batch, a, ctas, warps, stream);
+    case TileEnd::gpu_tile: return launch_one<kRowBytes, TileEnd::gpu_tile>(batch, a, ctas, warps, stream);
+    case TileEnd::sys_tile: return launch_one<kRowBytes, TileEnd::sys_tile>(batch, a, ctas, warps, stream);
+    case TileEnd::storer: return launch_one<kRowBytes, TileEnd::storer>(batch, a, ctas, warps, stream);
+    case TileEnd::release_tile: return launch_one<kRowBytes, TileEnd::release_tile>(batch, a, ctas, warps, stream);
+    case TileEnd::release_tile_gpu: return launch_one<kRowBytes, TileEnd::release_tile_gpu>(batch, a, ctas, warps, stream);
   }
 }
 
@@ -251,6 +292,7 @@ int run(const Options& o) {
     XSTAGE_CUDA_CHECK(cudaMemcpy(d_sources.get(), sources.data(), d_sources.bytes(), cudaMemcpyHostToDevice));
     for (const int ctas : {1, sms})
       for (const int warps : {1, 2})
+        for (const int batch : kBatches)
         for (const TileEnd end : kTileEnds) {
           Args a{d_sources.get<const int2>(), {}, row_pitch, n_blocks, o.tiles, d_counters.get<std::uint32_t>(),
                  d_stamps.get<unsigned long long>()};
@@ -261,8 +303,8 @@ int run(const Options& o) {
           for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up
             XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_dest.get(), 0, d_dest.bytes(), stream));
             XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_bad.get(), 0, d_bad.bytes(), stream));
-            if (row_bytes == 256) launch<256>(end, a, ctas, warps, stream);
-            else launch<512>(end, a, ctas, warps, stream);
+            if (row_bytes == 256) launch<256>(end, batch, a, ctas, warps, stream);
+            else launch<512>(end, batch, a, ctas, warps, stream);
             if (row_bytes == 256) launch_kernel(check_kernel<256>, dim3(4 * sms), dim3(256), 0, stream, a, static_cast<long long>(ctas) * o.tiles, d_bad.get<unsigned long long>());
             else launch_kernel(check_kernel<512>, dim3(4 * sms), dim3(256), 0, stream, a, static_cast<long long>(ctas) * o.tiles, d_bad.get<unsigned long long>());
             std::vector<unsigned long long> st(6 * static_cast<std::size_t>(ctas));
@@ -287,14 +329,14 @@ int run(const Options& o) {
           }
           const double tile_bytes = static_cast<double>(kTileRows) * row_bytes;
           const double med = quantile(ns_per_tile, 0.5);
-          nlohmann::json v = {{"row_bytes", row_bytes}, {"ctas", ctas}, {"warps", warps}, {"tile_end", name_of(end)},
+          nlohmann::json v = {{"row_bytes", row_bytes}, {"ctas", ctas}, {"warps", warps}, {"loop", loop_name(batch)}, {"tile_end", name_of(end)},
                               {"ns_per_tile_median", med}, {"ns_per_tile_p90", quantile(ns_per_tile, 0.9)},
                               {"issue_ns_per_tile_median", quantile(issue_ns, 0.5)}, {"end_ns_per_tile_median", quantile(end_ns, 0.5)},
                               {"GBps_per_cta_median", tile_bytes / med},
                               {"GBps_all_ctas", tile_bytes * o.tiles * ctas / launch_ns}, {"mismatches", bad}};
           if (bad) ++failures;
-          std::printf("rows %3d B  %3d CTAs x %d warps  %-16s  %8.0f ns/tile (p90 %8.0f; issue %7.0f, end %7.0f)  %6.1f GB/s per CTA  %7.1f GB/s all%s\n",
-                      row_bytes, ctas, warps, name_of(end), med, quantile(ns_per_tile, 0.9), quantile(issue_ns, 0.5),
+          std::printf("rows %3d B  %3d CTAs x %d warps  %-6s  %-16s  %8.0f ns/tile (p90 %8.0f; issue %7.0f, end %7.0f)  %6.1f GB/s per CTA  %7.1f GB/s all%s\n",
+                      row_bytes, ctas, warps, loop_name(batch), name_of(end), med, quantile(ns_per_tile, 0.9), quantile(issue_ns, 0.5),
                       quantile(end_ns, 0.5), tile_bytes / med, tile_bytes * o.tiles * ctas / launch_ns,
                       bad ? "  WRONG DATA" : "");
           variants.push_back(v);

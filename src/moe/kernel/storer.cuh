@@ -15,7 +15,7 @@ namespace xstage::moe {
 // Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
 // Its code is compiled for its own groups only (kGroups of them, not all 4 under a runtime test) and counts
 // each source rank's rows with one ballot per group after the loop, not per row inside it: the loop holds
-// only the shuffles, the staged read and the store.
+// only the shuffles, the staged reads and the stores, in batches (below).
 template <class Schedule, class C>
 __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, int sw) {
   const MoeProblem& pr = prm.problem;
@@ -61,22 +61,38 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
     const int cols = C::kHalfL2 ? pr.l2_block_cols(t.n_block) : C::kBlockN;  // a half-full block: its first 128
     const bool piece_exists = piece * 8 < cols;
-    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
+    // Each lane's row's destination in its source rank's combine buffer, or null for a row past the expert's
+    // last (pair < 0): looked up by all 32 lanes at once, so the store loop holds no table load per row.
+    unsigned long long dst[kGroups];
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const bool row_exists = rs[i].pair >= 0;
+      char* const row = at<char>(prm.peer[row_exists ? rs[i].rank : 0], w.combine.pair_offset(row_exists ? rs[i].pair : 0));
+      dst[i] = row_exists ? reinterpret_cast<unsigned long long>(row) : 0ull;
+    }
+    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·s + lane / kLanesPerRow. The steps
+    // go in batches of kStoreBatch: all the batch's shuffles, then all its staged reads, then all its stores, so
+    // the reads' latencies overlap instead of adding up (the stores' memory clobber keeps a read from moving
+    // past an earlier store, so the order written here is the order issued).
+    constexpr int kSteps = 32 / kRowsPerStep, kBatch = C::kStoreBatch;
+    static_assert(kSteps % kBatch == 0, "whole batches of store steps per group of 32 rows");
 #pragma unroll
     for (int i = 0; i < kGroups; ++i) {
       const int b = sw + C::kStorerWarps * i;
 #pragma unroll
-      for (int it = 0; it < 32 / kRowsPerStep; ++it) {
-        const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
-        const int rank = __shfl_sync(0xffffffffu, rs[i].rank, r_in);
-        const int pair = __shfl_sync(0xffffffffu, rs[i].pair, r_in);
-        // A row past the expert's last (pair < 0) is skipped by the store's predicate, not by a branch: no
-        // row waits for the previous row's shuffles to resolve a branch, so the rows' reads and stores overlap.
-        const bool row_exists = pair >= 0;
-        const int r = 32 * b + r_in;
-        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
-        uint4* to = at<uint4>(prm.peer[row_exists ? rank : 0], w.combine.pair_offset(row_exists ? pair : 0) + col_bytes);
-        st_global_v4_if(to, v, row_exists && piece_exists);
+      for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
+        unsigned long long to[kBatch];
+        uint4 v[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) to[k] = __shfl_sync(0xffffffffu, dst[i], kRowsPerStep * (s0 + k) + lane / kLanesPerRow);
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int r = 32 * b + kRowsPerStep * (s0 + k) + lane / kLanesPerRow;
+          v[k] = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+          st_global_v4_if(reinterpret_cast<char*>(to[k]) + col_bytes, v[k], to[k] != 0ull && piece_exists);
       }
     }
     __syncwarp();

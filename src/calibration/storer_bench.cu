@@ -6,7 +6,8 @@
 // Two store loops:
 //
 //   rows          per row: its two shuffles, the destination's table lookup, a branch for a missing row, the
-//                 staged read, the store (the storer before its batched loop)
+//                 staged read, the store (the storer's first loop)
+//   pred          the same without the branch: a missing row's store is predicated off (the storer's second loop)
 //   batch4/8      each lane looks up its own row's destination once per group of 32 rows; then per batch of 4
 //                 or 8 steps all the shuffles, all the staged reads, all the stores (predicated), as storer.cuh
 //                 does (C::kStoreBatch: 4 for fp8, 8 for bf16)
@@ -93,7 +94,8 @@ __host__ __device__ __forceinline__ uint4 word_of(int c, int r, int q) {
 __device__ __forceinline__ void storers_meet(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
 
 // Tile g = cta·tiles + t of the whole launch writes row block g % n_blocks of the rows sources[g·128 ...]:
-// every destination piece is written once in a launch. kBatch: 0 for the row-wise loop, else steps per batch.
+// every destination piece is written once in a launch. kBatch: -1 and 0 for the row-wise loops (with a branch,
+// predicated), else steps per batch.
 template <int kRowBytes, TileEnd kEnd, int kBatch>
 __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
   constexpr int kLanesPerRow = kRowBytes / 16, kRowsPerStep = 32 / kLanesPerRow;
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
       if (b % warps == sw) rs[b] = __ldcg(src + 32 * b + lane);
     const std::int64_t col = static_cast<std::int64_t>(g % a.n_blocks) * kRowBytes + piece * 16;
     unsigned rows = 0;
-    if constexpr (kBatch == 0) {
+    if constexpr (kBatch <= 0) {
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         if (b % warps != sw) continue;
@@ -127,11 +129,18 @@ __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
           const int r_in = kRowsPerStep * it + lane / kLanesPerRow;
           const int rank = __shfl_sync(0xffffffffu, rs[b].x, r_in);
           const int row = __shfl_sync(0xffffffffu, rs[b].y, r_in);
-          if (row < 0) continue;
           const int r = 32 * b + r_in;
-          const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kPitch + piece * 16);
-          *reinterpret_cast<uint4*>(a.peer[rank] + static_cast<std::int64_t>(row) * a.row_pitch + col) = v;
-          rows += piece == 0;
+          if constexpr (kBatch < 0) {
+            if (row < 0) continue;
+            const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kPitch + piece * 16);
+            *reinterpret_cast<uint4*>(a.peer[rank] + static_cast<std::int64_t>(row) * a.row_pitch + col) = v;
+          } else {
+            const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kPitch + piece * 16);
+            const bool row_exists = row >= 0;
+            comm::st_global_v4_if(a.peer[row_exists ? rank : 0] + static_cast<std::int64_t>(row_exists ? row : 0) * a.row_pitch + col,
+                                  v, row_exists);
+          }
+          rows += piece == 0 && row >= 0;
         }
       }
     } else {
@@ -206,13 +215,15 @@ __global__ void check_kernel(Args a, long long all_tiles, unsigned long long* mi
   if (bad) atomicAdd(mismatches, bad);
 }
 
-constexpr int kBatches[] = {0, 4, 8};  // the store loops: row-wise, batches of 4 and of 8 steps
-const char* loop_name(int batch) { return batch == 0 ? "rows" : batch == 4 ? "batch4" : "batch8"; }
+constexpr int kBatches[] = {-1, 0, 4, 8};  // the store loops: row-wise (branch, predicated), batches of 4 and 8 steps
+const char* loop_name(int batch) { return batch < 0 ? "rows" : batch == 0 ? "pred" : batch == 4 ? "batch4" : "batch8"; }
 
 template <int kRowBytes, TileEnd kEnd>
 void launch_one(int batch, const Args& a, int ctas, int warps, cudaStream_t stream) {
-  const auto kernel = batch == 0 ? storer_bench_kernel<kRowBytes, kEnd, 0>
-                      : batch == 4 ? storer_bench_kernel<kRowBytes, kEnd, 4> : storer_bench_kernel<kRowBytes, kEnd, 8>;
+  const auto kernel = batch < 0    ? storer_bench_kernel<kRowBytes, kEnd, -1>
+                      : batch == 0 ? storer_bench_kernel<kRowBytes, kEnd, 0>
+                      : batch == 4 ? storer_bench_kernel<kRowBytes, kEnd, 4>
+                                   : storer_bench_kernel<kRowBytes, kEnd, 8>;
   const int smem = kTileRows * (kRowBytes + 16);
   XSTAGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel(kernel, dim3(ctas), dim3(32 * warps), smem, stream, a);

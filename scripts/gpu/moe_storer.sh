@@ -2,7 +2,7 @@
 # Where the MegaMoE combine storer's time goes, on one GPU (EP = 1), from an instrumented build (CMake
 # -DXSTAGE_MOE_STATS=ON; targets xstage and xstage_storer_bench):
 #   1. xstage_storer_bench: the storer's store pattern alone (1 CTA and every SM, 1-2 warps, 256 and 512-byte
-#      rows, each fence / release variant), every stored byte checked;
+#      rows, each store loop and fence / release variant), every stored byte checked;
 #   2. a quick `xstage moe check` of the instrumented kernel (the storer it traces is the one that is right);
 #   3. per-tile traces of the DeepSeek-V3-like layer (4096 tokens, bf16 and fp8, expert-wave and interleaved)
 #      and the fine-grained layer (h4096-i256-e64-k8, 6144 tokens, bf16 and fp8, expert-wave), then

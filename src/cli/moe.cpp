@@ -377,7 +377,8 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 
 // The fused kernel's per-tile trace of its last call (instrumented builds, kernel/stats.hpp) as compact JSON
 // arrays per CTA: anchors [start_ns, start_clock, end_ns, end_clock], tiles [stage, row, mainloop_start,
-// mainloop_end, epilogue_end, staging_wait] and drains [staged, issued, drained], in SM cycles.
+// mainloop_end, epilogue_end, staging_wait] and drains, per Linear-2 tile each storer warp's phase stamps in turn
+// [staged, loaded, issued, drained, released] (warp 0's, then warp 1's as staged_w1, ...), in SM cycles.
 void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const nlohmann::json& about) {
   const auto trace = layer.read_trace();
   if (!trace) return;
@@ -391,15 +392,24 @@ void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const
       tiles.push_back({t.stage, t.row, t.mainloop_start, t.mainloop_end, t.epilogue_end, t.staging_wait});
     }
     for (std::size_t j = 0; j < m; ++j) {
-      const moe::MoeDrainRecord& d = trace->drains[c * trace->capacity + j];
-      drains.push_back({d.staged, d.issued, d.drained});
+      nlohmann::json row = nlohmann::json::array();
+      for (int w = 0; w < moe::kTracedStorerWarps; ++w) {
+        const moe::MoeDrainRecord& d = trace->drains[(c * trace->capacity + j) * moe::kTracedStorerWarps + w];
+        for (const long long t : {d.staged, d.staged + d.loaded, d.staged + d.issued, d.staged + d.drained, d.staged + d.released})
+          row.push_back(t);
+      }
+      drains.push_back(row);
     }
     ctas.push_back({{"anchors", {a.start_ns, a.start_clock, a.end_ns, a.end_clock}}, {"tiles", tiles}, {"drains", drains}});
   }
+  nlohmann::json drain_columns = nlohmann::json::array();
+  for (int w = 0; w < moe::kTracedStorerWarps; ++w)
+    for (const char* name : {"staged", "loaded", "issued", "drained", "released"})
+      drain_columns.push_back(w == 0 ? std::string(name) : std::string(name) + "_w" + std::to_string(w));
   nlohmann::json doc = about;
   doc["columns"] = {{"anchors", {"start_ns", "start_clock", "end_ns", "end_clock"}},
                     {"tiles", {"stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait"}},
-                    {"drains", {"staged", "issued", "drained"}}};
+                    {"drains", drain_columns}};
   doc["ctas"] = ctas;
   write_json_file(path, doc, -1);  // compact: a trace holds every tile of every CTA
 }

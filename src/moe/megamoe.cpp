@@ -33,7 +33,7 @@ FusedMoeLayer::FusedMoeLayer(const MoeLayerPlan& plan, comm::Runtime& rt)
                                    (pr.P1_l1_n_blocks() + pr.P2_l2_n_blocks());
     launch_.trace.capacity = static_cast<int>((cta_tiles + plan_.grid - 1) / plan_.grid + 16);
     trace_tiles_ = DeviceBuffer(sizeof(MoeTileRecord) * plan_.grid * launch_.trace.capacity);
-    trace_drains_ = DeviceBuffer(sizeof(MoeDrainRecord) * plan_.grid * launch_.trace.capacity);
+    trace_drains_ = DeviceBuffer(sizeof(MoeDrainRecord) * plan_.grid * launch_.trace.capacity * kTracedStorerWarps);
     trace_anchors_ = DeviceBuffer(sizeof(MoeCtaAnchor) * plan_.grid);
     launch_.trace.tiles = trace_tiles_.get<MoeTileRecord>();
     launch_.trace.drains = trace_drains_.get<MoeDrainRecord>();
@@ -118,7 +118,7 @@ std::optional<FusedMoeLayer::Trace> FusedMoeLayer::read_trace() const {
   t.capacity = launch_.trace.capacity;
   t.anchors.resize(plan_.grid);
   t.tiles.resize(static_cast<std::size_t>(plan_.grid) * t.capacity);
-  t.drains.resize(t.tiles.size());
+  t.drains.resize(t.tiles.size() * kTracedStorerWarps);
   XSTAGE_CUDA_CHECK(cudaMemcpy(t.anchors.data(), trace_anchors_.get(), trace_anchors_.bytes(), cudaMemcpyDeviceToHost));
   XSTAGE_CUDA_CHECK(cudaMemcpy(t.tiles.data(), trace_tiles_.get(), trace_tiles_.bytes(), cudaMemcpyDeviceToHost));
   XSTAGE_CUDA_CHECK(cudaMemcpy(t.drains.data(), trace_drains_.get(), trace_drains_.bytes(), cudaMemcpyDeviceToHost));

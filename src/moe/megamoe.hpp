@@ -64,7 +64,7 @@ class FusedMoeLayer final : public MoeLayerImpl {
     int capacity = 0;
     std::vector<MoeCtaAnchor> anchors;
     std::vector<MoeTileRecord> tiles;    // [cta][capacity]
-    std::vector<MoeDrainRecord> drains;  // [cta][capacity]
+    std::vector<MoeDrainRecord> drains;  // [cta][capacity][kTracedStorerWarps]
   };
   std::optional<Trace> read_trace() const;
 

@@ -68,7 +68,21 @@ case "$case_name" in
     run tools/moe/trace_figures.py "$tmp/trace" --out "$tmp/figures"
     [ -s "$tmp/figures/fig10.png" ] && [ -s "$tmp/figures/table2.md" ] || fail "no fig10.png / table2.md"
     run tools/moe/trace_vs_audit.py "$tmp/trace" results/h200/moe/predictions-ep1/heldout-plan.json.xz
-    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/bf16 | wave" ;;
+    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/bf16 | wave"
+    # A trace with the storer's phase stamps (one CTA at 1 cycle/ns, one tile): phases.md per warp, in µs.
+    mkdir "$tmp/phases"
+    "$py" - "$tmp/phases/trace_x.json" <<'PY'
+import json, sys
+names = ["staged", "loaded", "issued", "drained", "released"]
+doc = {"config": "x", "impl": "megamoe-expert-wave W=1 128x256", "rank": 0,
+       "columns": {"drains": names + [n + "_w1" for n in names]},
+       "ctas": [{"anchors": [0, 0, 10**6, 10**6], "tiles": [[2, 0, 0, 900, 1000, 0]],
+                 "drains": [[1000, 2000, 5000, 6000, 6500, 1000, 1500, 4500, 5500, 6000]]}]}
+json.dump(doc, open(sys.argv[1], "w"))
+PY
+    run tools/moe/trace_figures.py "$tmp/phases" --out "$tmp/phases-out"
+    has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 0 | 1.00 / 1.00 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 5.00 / 5.00 | 1 |"
+    has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 1 | 0.50 / 0.50 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 4.50 / 4.50 | 1 |" ;;
   moe_power)  # the table the run printed, again from its archive
     d=$moe/run41-power-and-clock/trial-gaps
     run tools/moe/power_summary.py $d/moe_power.tar.xz

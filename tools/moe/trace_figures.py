@@ -9,7 +9,11 @@ CMake -DXSTAGE_MOE_STATS=ON) as the paper shows them:
   table2.md / .json   per configuration and schedule: median T_RS, median mainloop times T_mma of L2 and L1
                       tiles, the measured stall per L2 tile Δt (the consumer's wait for a free staging slot:
                       mean, median, p90, fraction of tiles that waited), beside the audit's prediction when
-                      --predictions names a JSON of {config: {schedule: Δt_us}} (paper Table 2).
+                      --predictions names a JSON of {config: {schedule: Δt_us}} (paper Table 2);
+  phases.md / .json   traces that stamp the storer's phases (drain columns `loaded`, `released`): per
+                      configuration, schedule and storer warp, the median and p90 of each phase of T_RS:
+                      RowSource loads, store issue (staged rows read and stored), fence (the staging-slot
+                      arrive and the system-scope fence), release (the count and l2_done releases).
 
     python3 tools/moe/trace_figures.py DIR [--predictions FILE] --out OUTDIR
 
@@ -41,17 +45,54 @@ def per_cta(doc):
         yield c, (lambda clk, s_ns=s_ns, s_clk=s_clk, f=f: s_ns + (clk - s_clk) / f), f, cta["tiles"], cta["drains"]
 
 
+def drain_columns(doc):
+    """Column index by name of the drain records (older traces: staged, issued, drained only)."""
+    return {name: i for i, name in enumerate(doc["columns"]["drains"])}
+
+
+# The storer's phases: (name, from column, to column); suffix "_w1" for storer warp 1.
+PHASES = [("loads", "staged", "loaded"), ("store issue", "loaded", "issued"), ("fence", "issued", "drained"),
+          ("release", "drained", "released"), ("T_RS", "staged", "drained")]
+
+
+def phase_summary(doc):
+    """Per storer warp, per phase: (median, p90) in µs over the L2 tiles; None for traces without phase stamps."""
+    col = drain_columns(doc)
+    if "loaded" not in col:
+        return None
+    warps = [""] + sorted({k[len("staged"):] for k in col if k.startswith("staged_w")})
+    out = {}
+    for w in warps:
+        xs = {name: [] for name, _, _ in PHASES}
+        for _, _to_ns, f, _tiles, drains in per_cta(doc):
+            for d in drains:
+                if d[col["staged" + w]] == 0:  # that warp left no record of this tile
+                    continue
+                for name, a, b in PHASES:
+                    xs[name].append((d[col[b + w]] - d[col[a + w]]) / f / 1e3)
+        out["warp 0" if not w else "warp " + w[2:]] = {name: (median(v), quantile(v, 0.9), len(v)) for name, v in xs.items()}
+    return out
+
+
+def quantile(xs, p):
+    return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
 def summarize(doc):
     t_rs, ml1, ml2, waits = [], [], [], []
+    col = drain_columns(doc)
     for _, to_ns, f, tiles, drains in per_cta(doc):
-        for staged, _issued, drained in drains:
-            t_rs.append((drained - staged) / f / 1e3)
+        for d in drains:
+            t_rs.append((d[col["drained"]] - d[col["staged"]]) / f / 1e3)
         for stage, _row, m0, m1, _end, wait in tiles:
             (ml1 if stage == 1 else ml2).append((m1 - m0) / f / 1e3)
             if stage == 2:
                 waits.append(wait / f / 1e3)
-    q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
-    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    q, med = quantile, median
     return {
         "T_RS_median_us": med(t_rs), "T_RS_p90_us": q(t_rs, 0.9), "l2_tiles": len(t_rs),
         "T_mma_L2_median_us": med(ml2), "T_mma_L1_median_us": med(ml1),
@@ -59,6 +100,31 @@ def summarize(doc):
         "dt_waited_fraction": sum(w > 0.05 for w in waits) / len(waits) if waits else float("nan"),
         "_t_rs": t_rs,
     }
+
+
+def write_phases(docs, out):
+    """phases.md / .json: the storer's phases per configuration, schedule and warp (traces that stamp them)."""
+    rows = []
+    for d in docs:
+        ph = phase_summary(d)
+        for warp, phases in (ph or {}).items():
+            rows.append({"config": d["config"], "schedule": schedule_of(d["impl"]), "warp": warp,
+                         **{f"{name} median_us": m for name, (m, _p, _n) in phases.items()},
+                         **{f"{name} p90_us": p for name, (_m, p, _n) in phases.items()},
+                         "l2_tiles": phases["T_RS"][2]})
+    if not rows:
+        return
+    names = [name for name, _, _ in PHASES]
+    lines = ["| configuration | schedule | storer warp | " + " | ".join(f"{n} median / p90 (µs)" for n in names) + " | L2 tiles |",
+             "|---|---|---|" + "---:|" * (len(names) + 1)]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['schedule']} | {r['warp']} | " +
+                     " | ".join(f"{r[n + ' median_us']:.2f} / {r[n + ' p90_us']:.2f}" for n in names) + f" | {r['l2_tiles']} |")
+    with open(os.path.join(out, "phases.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "phases.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print("\n".join(lines))
 
 
 def main():
@@ -93,6 +159,7 @@ def main():
     with open(os.path.join(args.out, "table2.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print("\n".join(lines))
+    write_phases(docs, args.out)
     try:
         import matplotlib
         matplotlib.use("Agg")

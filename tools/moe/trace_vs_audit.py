@@ -39,6 +39,7 @@ def to_ns_fn(anchors):
 def measure(doc, slots):
     tiles = []  # per L2 tile: dict
     spans = []  # (staged_ns, drained_ns)
+    col = {name: i for i, name in enumerate(doc["columns"]["drains"])}  # storer warp 0's stamps, by name
     for cta in doc["ctas"]:
         to_ns, ns_per_clk = to_ns_fn(cta["anchors"])
         if to_ns is None:
@@ -46,7 +47,7 @@ def measure(doc, slots):
         l2 = [t for t in cta["tiles"] if t[0] == 2]
         drains = cta["drains"]
         for j, d in enumerate(drains):
-            staged, issued, drained = (to_ns(x) for x in d)
+            staged, issued, drained = (to_ns(d[col[name]]) for name in ("staged", "issued", "drained"))
             rec = {"T_RS": issued - staged, "T_fence": drained - staged, "staged": staged, "drained": drained}
             if j < len(l2):
                 rec["dt"] = l2[j][5] * ns_per_clk

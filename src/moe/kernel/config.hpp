@@ -87,6 +87,9 @@ struct MegaMoeConfig {
   static constexpr int kProducerRegisters = kFp8 ? 56 : 72, kConsumerRegisters = kFp8 ? 224 : 216;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= kLaunchRegisters * kThreads,
                 "setmaxnreg would wait forever for registers the CTA does not have");
+  // Store steps a storer warp has in flight (storer.cuh): each holds a 16-byte staged piece and a destination
+  // pointer per lane (6 registers), so 8 fit in warpgroup 0's 72 registers and 4 in fp8's 56.
+  static constexpr int kStoreBatch = kProducerRegisters >= 72 ? 8 : 4;
   static constexpr int kDispatchChunks = kFp8 ? 4 : 8;
   static constexpr int kStagingPitch = kBlockN + 8;  // bf16 per staged row: 16 B aligned, no bank conflicts
   static constexpr int kMaxLocalExperts = kMegaMoeMaxLocalExperts;

@@ -43,6 +43,18 @@ __device__ __forceinline__ long long stats_clock() {
   if constexpr (kMoeStats) return clock64();
   else return 0;
 }
+// ... once `v` has arrived: the clock read is predicated on a compare of v, so it cannot issue before v's load
+// returns (a plain clock read after a load only says the load was issued).
+__device__ __forceinline__ long long stats_clock_after(int v) {
+  if constexpr (kMoeStats) {
+    long long t;
+    asm volatile("{\n .reg .pred p;\n setp.ne.s32 p, %1, 0x7fffffff;\n mov.u64 %0, 0;\n @p mov.u64 %0, %%clock64;\n}"
+                 : "=l"(t) : "r"(v) : "memory");
+    return t;
+  } else {
+    return 0;
+  }
+}
 __device__ __forceinline__ void stats_add(unsigned long long* field, unsigned long long v) {
   if constexpr (kMoeStats) atomicAdd(field, v);
 }

@@ -47,16 +47,22 @@ struct MoeTileRecord {     // one tile of a CTA's walk, by consumer warpgroup 0'
   long long epilogue_end;  // ring written (L1) or tile staged (L2)
   long long staging_wait;  // L2: cycles waiting for a free staging slot (the stall Δt reaching the MMA)
 };
-struct MoeDrainRecord {    // one Linear-2 tile's remote stores, by storer warp 0's first lane
+// One Linear-2 tile's stores by one storer warp (its first lane), in its phases: T_RS = drained - staged.
+// Compact: the stamps after `staged` are cycles since it (a tile's drain is far below 2^32 cycles).
+inline constexpr int kTracedStorerWarps = 2;  // records per tile: the storer warps (kernel/config.hpp)
+struct MoeDrainRecord {
   long long staged;        // the tile is in the staging buffer (staging_full observed)
-  long long issued;        // its last store issued
-  long long drained;       // its stores complete (after the system-scope fence): T_RS = drained - staged
+  std::uint32_t loaded;    // + its RowSources have arrived (warp 0 also counted K_act first: two L2 atomics)
+  std::uint32_t issued;    // + its last store issued (the loop reading staged rows and storing them)
+  std::uint32_t drained;   // + its stores complete: after the system-scope fence
+  std::uint32_t released;  // + the per-rank counts and l2_done released
 };
 struct MoeCtaAnchor {
   unsigned long long start_ns, start_clock, end_ns, end_clock;
   std::uint32_t tiles, l2_tiles;  // records written
 };
-// Where a CTA's records go: tiles[cta·capacity + i], drains[cta·capacity + j], anchors[cta].
+// Where a CTA's records go: tiles[cta·capacity + i], drains[(cta·capacity + j)·kTracedStorerWarps + warp],
+// anchors[cta].
 struct MoeTrace {
   MoeTileRecord* tiles = nullptr;
   MoeDrainRecord* drains = nullptr;

@@ -13,6 +13,9 @@
 namespace xstage::moe {
 
 // Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
+// Its code is compiled for its own groups only (kGroups of them, not all 4 under a runtime test) and counts
+// each source rank's rows with one ballot per group after the loop, not per row inside it: the loop holds
+// only the shuffles, the staged reads and the stores, in batches (below).
 template <class Schedule, class C>
 __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, int sw) {
   const MoeProblem& pr = prm.problem;
@@ -20,6 +23,8 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
   const int lane = threadIdx.x % 32, P = pr.P_ranks;
   constexpr int kLanesPerRow = C::kBlockN / 8;      // 16-byte pieces of one staged row: 16 or 32
   constexpr int kRowsPerStep = 32 / kLanesPerRow;   // rows one warp instruction covers: 2 or 1
+  constexpr int kGroups = 4 / C::kStorerWarps;      // groups of 32 rows per storer warp
+  static_assert(4 % C::kStorerWarps == 0, "the storer warps share a tile's 4 groups of 32 rows evenly");
   const int piece = lane % kLanesPerRow;
   unsigned long long remote_bytes = 0, drain_cycles = 0;
   const Schedule sched = make_device_schedule<Schedule>(prm, smem.first_row);
@@ -37,57 +42,71 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
         atomicMax(&prm.stats->burst_overlap_max, now);
       }
     }
-    // The tile's 128 RowSources, 4 per lane (row 32·b + lane in rs[b]), in one round of loads, so the store
+    // The tile's 128 RowSources, kGroups per lane (row 32·(sw + kStorerWarps·i) + lane in rs[i]), in one round of loads, so the store
     // loop below has no global loads on its path. Read only now: the staging barrier orders them after
     // this row's dispatch (dispatch_ready -> L1 -> l1_done -> this tile's TMA -> consumers -> staging_full);
     // read earlier they could be the previous call's.
     const RowSource* sources = at<const RowSource>(
         prm.local, w.dispatch.row_source_offset(static_cast<std::int64_t>(t.row) * pr.b_m + walk.first_row()));
-    RowSource rs[4] = {};
+    RowSource rs[kGroups];
+    int all_ranks = 0;  // only for the trace's stamp: its loads have arrived
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {  // L2, not L1: other SMs wrote them during this kernel
-      if (b % C::kStorerWarps != sw) continue;
-      const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * b + lane));
-      rs[b] = RowSource{v.x, v.y};
+    for (int i = 0; i < kGroups; ++i) {  // L2, not L1: other SMs wrote them during this kernel
+      const int2 v = __ldcg(reinterpret_cast<const int2*>(sources + 32 * (sw + C::kStorerWarps * i) + lane));
+      rs[i] = RowSource{v.x, v.y};
+      all_ranks += v.x;
     }
+    const long long t_loaded = stats_clock_after(all_ranks);
     const __nv_bfloat16* staged = smem.staging[slot];
     const std::int64_t col_bytes = static_cast<std::int64_t>(t.n_block) * C::kBlockN * 2 + piece * 16;
     const int cols = C::kHalfL2 ? pr.l2_block_cols(t.n_block) : C::kBlockN;  // a half-full block: its first 128
     const bool piece_exists = piece * 8 < cols;
-    unsigned rows_to[kMaxEpRanks] = {};
-    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·it + lane / kLanesPerRow.
+    // Each lane's row's destination in its source rank's combine buffer, or null for a row past the expert's
+    // last (pair < 0): looked up by all 32 lanes at once, so the store loop holds no table load per row.
+    unsigned long long dst[kGroups];
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      if (b % C::kStorerWarps != sw) continue;
+    for (int i = 0; i < kGroups; ++i) {
+      const bool row_exists = rs[i].pair >= 0;
+      char* const row = at<char>(prm.peer[row_exists ? rs[i].rank : 0], w.combine.pair_offset(row_exists ? rs[i].pair : 0));
+      dst[i] = row_exists ? reinterpret_cast<unsigned long long>(row) : 0ull;
+    }
+    // kRowsPerStep rows per step, 16 bytes per lane: rows 32·b + kRowsPerStep·s + lane / kLanesPerRow. The steps
+    // go in batches of kStoreBatch: all the batch's shuffles, then all its staged reads, then all its stores, so
+    // the reads' latencies overlap instead of adding up (the stores' memory clobber keeps a read from moving
+    // past an earlier store, so the order written here is the order issued).
+    constexpr int kSteps = 32 / kRowsPerStep, kBatch = C::kStoreBatch;
+    static_assert(kSteps % kBatch == 0, "whole batches of store steps per group of 32 rows");
 #pragma unroll
-      for (int it = 0; it < 32 / kRowsPerStep; ++it) {
-        const int r_in = kRowsPerStep * it + lane / kLanesPerRow;  // row within this group of 32
-        const int rank = __shfl_sync(0xffffffffu, rs[b].rank, r_in);
-        const int pair = __shfl_sync(0xffffffffu, rs[b].pair, r_in);
-        if (pair < 0) continue;
-        const int r = 32 * b + r_in;
-        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
-        uint4* to = at<uint4>(prm.peer[rank], w.combine.pair_offset(pair) + col_bytes);
-        if constexpr (C::kHalfL2) st_global_v4_if(to, v, piece_exists);
-        else *to = v;
+    for (int i = 0; i < kGroups; ++i) {
+      const int b = sw + C::kStorerWarps * i;
 #pragma unroll
-        for (int q = 0; q < kMaxEpRanks; ++q) rows_to[q] += (piece == 0 && rank == q);
+      for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
+        unsigned long long to[kBatch];
+        uint4 v[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) to[k] = __shfl_sync(0xffffffffu, dst[i], kRowsPerStep * (s0 + k) + lane / kLanesPerRow);
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int r = 32 * b + kRowsPerStep * (s0 + k) + lane / kLanesPerRow;
+          v[k] = *reinterpret_cast<const uint4*>(staged + r * C::kStagingPitch + piece * 8);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+          st_global_v4_if(reinterpret_cast<char*>(to[k]) + col_bytes, v[k], to[k] != 0ull && piece_exists);
       }
     }
     __syncwarp();
+    const long long t_issued = stats_clock();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
     const long long t0 = stats_clock();
     __threadfence_system();  // this lane's combine stores are visible before the counts are
     __syncwarp();
     const long long drained = stats_clock();
     drain_cycles += drained - t0;
-    if constexpr (kMoeStats)
-      if (sw == 0 && lane == 0 && j < prm.trace.capacity)
-        prm.trace.drains[static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + j] = MoeDrainRecord{t_staged, t0, drained};
     for (int q = 0; q < P; ++q) {
-      unsigned n = rows_to[q];
+      unsigned n = 0;  // this warp's rows of source q: lane l holds row 32·b + l of each of its groups
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+      for (int i = 0; i < kGroups; ++i) n += __popc(__ballot_sync(0xffffffffu, rs[i].pair >= 0 && rs[i].rank == q));
       if (lane == 0 && n > 0) {
         red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
         if (kMoeStats && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
@@ -96,6 +115,15 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     if (lane == 0 && sw == 0) {
       red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
       stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over (its own storer 1 may lag a little)
+    }
+    if constexpr (kMoeStats) {
+      static_assert(C::kStorerWarps == kTracedStorerWarps, "one drain record per storer warp");
+      const long long t_released = stats_clock();
+      if (lane == 0 && j < prm.trace.capacity) {
+        const auto since = [&](long long t) { return static_cast<std::uint32_t>(t - t_staged); };
+        prm.trace.drains[(static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + j) * kTracedStorerWarps + sw] =
+            MoeDrainRecord{t_staged, since(t_loaded), since(t_issued), since(drained), since(t_released)};
+      }
     }
     ++j;
   }

@@ -3,12 +3,12 @@
 #   1. each build runs the full `xstage attention check`;
 #   2. every build's libxstage_c.so is loaded beside the others (tools/attention/cudnn_bench.py --xstage-lib) and
 #      timed in turn with cuDNN SDPA (and FlashAttention-4 where flash_attn.cute imports) on the same inputs, as
-#      eager calls (that tool says why not CUDA graphs); builds timed in separate processes one after the other
-#      would compare the power-capped clock as much as the kernels;
+#      CUDA-graph replays (TIMING=eager: eager calls), every output compared with the first build's; builds timed
+#      in separate processes one after the other would compare the power-capped clock as much as the kernels;
 #   3. a table of TFLOP/s per shape and backend with the ratio to the first build, and the geometric mean.
 # Name one build twice (A=build B=build) to see the noise floor of the comparison.
 # Arguments (the builds are given here instead of XSTAGE_BUILD; OUT: scripts/gpu/env.sh): NAME=BUILD_DIR ...
-# Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15),
+# Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15), TIMING,
 #   EXTRA (other backends, default: cudnn, and fa4 where it imports).
 # Writes $OUT/attention_variants.log and $OUT/attention_variants.tar.xz (check logs, bench.json, summary.md).
 #
@@ -39,7 +39,7 @@ done
 
 step "in turn, one process"
 extra=${EXTRA:-cudnn$(python3 -c "import flash_attn.cute.interface" 2>/dev/null && echo ,fa4)}
-XSTAGE_C_LIBRARY=$(realpath "${1#*=}/libxstage_c.so") python3 tools/attention/cudnn_bench.py --timing eager \
+XSTAGE_C_LIBRARY=$(realpath "${1#*=}/libxstage_c.so") python3 tools/attention/cudnn_bench.py --timing "${TIMING:-graph}" \
   --shapes "${SHAPES:-dit}" --reps "${REPS:-15}" "${libs[@]}" --backends "$(IFS=,; echo "${backends[*]}"),$extra" \
   --json "$W/bench.json" --markdown "$W/summary.md" || failures=$((failures+1))
 

@@ -19,8 +19,8 @@ the kernel are compared in one process, in turn (an A/B that separate processes 
 replays of xstage's calls used to crash (an illegal address) when another backend's graph was captured after
 xstage's: the call, holding the copies of q, k, v it had prepared, was dropped once its graph was captured, and
 the next capture's torch.cuda.empty_cache() freed that memory under the graph
-(results/h200/attention/2026-12-01-fa4-in-turn/README.md). Each call now lives as long as its graph (fixed after
-that run, not yet re-run on a GPU). `--timing eager`: each timing is back-to-back eager calls filling >= 2 ms,
+(results/h200/attention/2026-12-01-fa4-in-turn/README.md). Each call now lives as long as its graph: five builds,
+cuDNN and FA4 replayed in turn since (results/h200/attention/2026-12-01-fa4-gap/). `--timing eager`: each timing is back-to-back eager calls filling >= 2 ms,
 which matches the graph replay for kernels of >= 0.1 ms (the C ABI's host time per call is ~13 us).
 Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
 the DiT shapes of docs/ATTENTION.md.

@@ -228,8 +228,7 @@ def flash_attention(
     elif isinstance(softmax_scale, (int, float)):
         softmax_scale = float(softmax_scale)
     try:
-        # _ops.needs_autograd, inlined: this runs on every eager call (host time, docs/PYTHON.md)
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if _ops.needs_autograd(q, k, v):
             out, lse = _ops.forward_only(
                 "xstage.flash_attention", _flash_attention_op, q, k, v, softmax_scale, bool(return_lse), key_lengths
             )

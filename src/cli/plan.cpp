@@ -560,6 +560,12 @@ json moe_audit_json(const MoeAudit& a) {
           {"stall_int_ns", a.stall_int_ns}};
 }
 
+json by_cause_json(const CombineAudit& c) {
+  json j = json::object();
+  for (int k = 1; k < kStallCauses; ++k) j[to_string(static_cast<StallCause>(k))] = c.stall_by_cause_ns[k];
+  return j;
+}
+
 json schedule_audit_json(const moe::ScheduleAudit& a) {
   const CombineAudit& c = a.combine;
   json j = {{"variant", variant_json(a.variant)},
@@ -578,15 +584,17 @@ json schedule_audit_json(const moe::ScheduleAudit& a) {
                          {"phase_spread_ns", distribution_short(c.spread_ns)},
                          {"T_RS_ns", distribution_short(c.T_RS_ns)},
                          {"T_fence_ns", distribution_short(c.T_fence_ns)},
+                         {"T_issue_ns", distribution_short(c.T_issue_ns)},
+                         {"T_drain_ns", distribution_short(c.T_drain_ns)},
                          {"T_cover_ns", distribution_short(c.T_cover_ns)},
                          {"stall_ns", distribution_short(c.stall_ns)},
                          {"stalled_fraction", c.stalled_fraction},
                          {"stall_ns_per_cta", c.stall_ns_per_cta},
                          {"stall_ns_max_cta", c.stall_ns_max_cta},
                          {"stall_fraction_of_busy", a.stall_fraction},
-                         {"stall_ns_by_cause", {{"issue", c.stall_by_cause_ns[1]}, {"capacity", c.stall_by_cause_ns[2]}, {"drain", c.stall_by_cause_ns[3]},
-                                                 {"rate", c.stall_by_cause_ns[4]}}},
+                         {"stall_ns_by_cause", by_cause_json(c)},
                          {"binds", to_string(c.binds)},
+                         {"storer_bound_fraction", c.storer_bound_fraction},
                          {"q_peak_bytes", c.q_peak_bytes},
                          {"throttled_fraction", c.throttled_fraction},
                          {"injection_bytes_per_ns", c.injection_bytes_per_ns}}},
@@ -756,6 +764,7 @@ LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int
   r.cfg.T_L2_ns = times.T_L2_ns;
   r.cfg.platform = r.look.point;
   r.cfg.latency_ns = latency_ns;
+  if (platform.model.storer) r.cfg.storer = platform.model.storer->costs;
   r.cfg.time_jitter = o.jitter;
   const std::vector<int> rows = moe::balanced_expert_rows(pr);
   for (const moe::ScheduleVariant& v : moe::kernel_variants(pr, K_SM, true)) r.audits.push_back(moe::audit_schedule(pr, rows, K_SM, v, r.cfg));
@@ -763,7 +772,14 @@ LayerResult audit_layer(const Platform& platform, const moe::MoeProblem& pr, int
   return r;
 }
 
-json layer_json(const LayerSpec& spec, int K_SM, const LayerResult& r) {
+// The platform file's storer section as the audit used it (null: absent, the storer is never the bound).
+json storer_json(const std::optional<StorerMeasurement>& s) {
+  if (!s) return nullptr;
+  return {{"R_S_bytes_per_ns", s->costs.R_S_bytes_per_ns}, {"T_load_ns", s->costs.T_load_ns}, {"T_fence_ns", s->T_fence_ns},
+          {"T_release_ns", s->costs.T_release_ns}, {"source", s->source}};
+}
+
+json layer_json(const LayerSpec& spec, int K_SM, const LayerResult& r, const std::optional<StorerMeasurement>& platform_storer) {
   const moe::MoeProblem& pr = spec.problem;
   json audits = json::array();
   for (const auto& a : r.audits) audits.push_back(schedule_audit_json(a));
@@ -774,6 +790,7 @@ json layer_json(const LayerSpec& spec, int K_SM, const LayerResult& r) {
                          {"rows_per_expert_balanced", moe::balanced_expert_rows(pr).front()}}},
             {"assumptions", {{"tflops", r.tflops}, {"T_L1_ns", r.cfg.T_L1_ns}, {"T_L2_ns", r.cfg.T_L2_ns},
                              {"latency_ns", r.cfg.latency_ns}, {"time_jitter", r.cfg.time_jitter},
+                             {"storer", storer_json(platform_storer)},
                              {"platform_point", {{"T_iss0_ns", r.look.point.T_iss0_ns}, {"R_bytes_per_ns", r.look.point.R_bytes_per_ns},
                                                  {"Q_bytes", r.look.point.Q_bytes}}}}},
             {"schedules", audits}};
@@ -793,9 +810,10 @@ void print_layer(const LayerSpec& spec, int K_SM, const LayerResult& r, bool fir
               format_time_ns(r.cfg.latency_ns).c_str(), 100.0 * r.cfg.time_jitter);
   std::printf("From the kernel's injection (every CTA's walk in lockstep, then each Linear-2 tile through its staging slot, storers\n"
               "and the X-Stage at M_X(K_SM)); per tile: K_act draining at its start, phase spread, T_RS = staged -> slot free,\n"
-              "T_fence = staged -> fence returned, T_cover = MMA time before the slot is needed again, dt = [T_RS - T_cover]+:\n");
-  std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %8s\n", "schedule", "D/W", "tiles", "dep.wait", "K_act", "spread",
-              "T_RS mean/p90", "T_fence", "T_cover min/mean", "dt/tile", "stalled", "binds");
+              "T_fence = staged -> fence returned, T_cover = MMA time before the slot is needed again, dt = [T_RS - T_cover]+,\n"
+              "storer = the tiles whose storers' own time T_load + (L + B)/R_S exceeds their X-Stage issue time T_iss0:\n");
+  std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %7s %8s\n", "schedule", "D/W", "tiles", "dep.wait", "K_act", "spread",
+              "T_RS mean/p90", "T_fence", "T_cover min/mean", "dt/tile", "stalled", "storer", "binds");
   for (const auto& a : r.audits) {
     const CombineAudit& c = a.combine;
     const std::string dw = a.variant.interleaved ? "D=" + std::to_string(a.D_rows) : "W=" + std::to_string(a.wave_experts);
@@ -803,10 +821,11 @@ void print_layer(const LayerSpec& spec, int K_SM, const LayerResult& r, bool fir
     std::snprintf(kact, sizeof kact, "%.1f/%.0f", c.K_act.mean, c.K_act.max);
     std::snprintf(rs, sizeof rs, "%s/%s", format_time_ns(c.T_RS_ns.mean).c_str(), format_time_ns(c.T_RS_ns.p90).c_str());
     std::snprintf(cover, sizeof cover, "%s/%s", format_time_ns(c.T_cover_ns.min).c_str(), format_time_ns(c.T_cover_ns.mean).c_str());
-    std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %8s\n", moe::describe(a.variant).c_str(), dw.c_str(),
+    std::printf("%-24s %6s %9s %8s %9s %8s %15s %9s %16s %8s %7s %7s %8s\n", moe::describe(a.variant).c_str(), dw.c_str(),
                 format_time_ns(a.makespan_ns).c_str(), format_time_ns(a.wait_ns_per_cta).c_str(), kact,
                 format_time_ns(c.spread_ns.mean).c_str(), rs, format_time_ns(c.T_fence_ns.mean).c_str(), cover,
-                format_time_ns(c.stall_ns.mean).c_str(), format_percent(c.stalled_fraction).c_str(), to_string(c.binds));
+                format_time_ns(c.stall_ns.mean).c_str(), format_percent(c.stalled_fraction).c_str(),
+                format_percent(c.storer_bound_fraction).c_str(), to_string(c.binds));
   }
   const moe::ScheduleAudit& a0 = r.audits.front();
   if (a0.aligned) {
@@ -839,7 +858,9 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
   if (!o.rule.empty() && !o.choose) throw InputError("--rule changes the schedule rule: give --choose too");
   const Platform platform = load_platform(common);
   const int K_SM = o.sms ? static_cast<int>(o.sms) : platform.sm_count;
-  const double latency_ns = non_negative_time(o.t_lat, "--t-lat");
+  // T_lat: --t-lat when given, else the fence the platform file measured for the storer, else --t-lat's default.
+  const double latency_ns =
+      !o.t_lat_given && platform.model.storer ? platform.model.storer->T_fence_ns : non_negative_time(o.t_lat, "--t-lat");
   require_in_range(latency_ns, 0.0, kMaxRuleLatencyNs, "--t-lat", "fence latency (ns)");
   // The audit's tile times come from --tflops or the shipped rule's throughput; the rule's own (--choose) from its
   // constants after --rule, --tflops and --t-lat replaced them.
@@ -880,7 +901,7 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
   json all = json::array();
   for (std::size_t i = 0; i < specs.size(); ++i) {
     results.push_back(audit_layer(platform, specs[i].problem, K_SM, o, times[i], latency_ns, rule));
-    all.push_back(layer_json(specs[i], K_SM, results.back()));
+    all.push_back(layer_json(specs[i], K_SM, results.back(), platform.model.storer));
   }
   const json platform_doc = {{"file", platform.file}, {"provisional", platform.model.provisional}, {"store_path", to_string(platform.path)}};
   json doc;
@@ -899,6 +920,13 @@ void run_moe_layers(const CommonOptions& common, const MoeOptions& o) {
   const PlatformPoint& m = results.front().look.point;
   std::printf("  M_X at K = %d for one tile's remote bytes: T_iss0 = %s   R = %s   Q = %s\n", K_SM, format_time_ns(m.T_iss0_ns).c_str(),
               format_rate(m.R_bytes_per_ns).c_str(), format_bytes(m.Q_bytes).c_str());
+  if (const auto& s = platform.model.storer)
+    std::printf("  storer  R_S = %s per CTA, T_load = %s, T_release = %s, fence T_fence = %s (the audit's T_lat unless --t-lat)\n"
+                "          from %s\n",
+                format_rate(s->costs.R_S_bytes_per_ns).c_str(), format_time_ns(s->costs.T_load_ns).c_str(),
+                format_time_ns(s->costs.T_release_ns).c_str(), format_time_ns(s->T_fence_ns).c_str(), s->source.c_str());
+  else
+    std::printf("  storer  not in the platform file: its own rate is not a bound (only the X-Stage's is)\n");
   for (std::size_t i = 0; i < specs.size(); ++i) print_layer(specs[i], K_SM, results[i], i == 0);
 }
 
@@ -1105,7 +1133,7 @@ void add_moe(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   add_integer(cmd, "--tokens", o->tokens, 1, kMaxMoeTokens, "layer: tokens per rank T");
   add_integer(cmd, "--ranks", o->ranks, 1, kMaxMoeRanks, "layer: expert-parallel ranks P (default 2)");
   cmd->add_option("--dtype", o->dtype, "layer: bf16 (default) or fp8 (W8A8)");
-  cmd->add_option("--t-lat", o->t_lat, "layer: fence latency after a tile's bytes drained (default 1us)");
+  cmd->add_option("--t-lat", o->t_lat, "layer: fence latency after a tile's bytes drained (default: the platform file's storer T_fence_ns, else 1us)");
   add_number(cmd, "--jitter", o->jitter, 0.0, 0.99,
              "layer: tile times vary by +- this fraction in the lockstep simulation (default 0)");
   cmd->add_flag("--choose", o->choose, "layer: also the schedule rule's choice (moe::choose_schedule) with its terms");

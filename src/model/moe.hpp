@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/burst_gap.hpp"
+#include "model/platform.hpp"
 #include "model/simulator.hpp"
 
 namespace xstage::model {
@@ -96,22 +97,29 @@ MoeAudit audit_moe(const PlatformPoint& p, const MoeKernel& kernel);
 //   consumers  stage tile i at w_i = max(ready_i, free_{i-S}) with S staging slots (kStagingSlots: 1 at
 //              b_n = 256, 2 at b_n = 128); the wait w_i - ready_i is the MMA stall Δt_i (the staging-slot
 //              wait the kernel counts) and, by default, delays every later tile of the CTA;
-//   storers    start tile i at s_i = max(w_i, drained_{i-1}) (one tile at a time, each closed by a system
-//              fence); issue its remote bytes at B_ref/T_iss0 per CTA while the X-Stage accepts; free the
-//              slot when the last store is issued (free_i); the fence returns at
-//              drained_i = free_i + q(free_i)/R + T_lat (the bytes ahead of it drain first, at R).
+//   storers    start tile i at s_i = max(w_i, released_{i-1}) (one tile at a time, each closed by a system
+//              fence and the count releases); after T_load they issue all of its rows, L_i local and B_i remote
+//              bytes in proportion, at no more than their own rate R_S per CTA, and the remote bytes at no more
+//              than B_ref/T_iss0 per CTA nor than the X-Stage accepts; they free the slot when the last store is
+//              issued (free_i); the fence returns at drained_i = free_i + q(free_i)/R + T_lat (the bytes ahead
+//              of it drain first, at R; T_lat alone when only local stores were outstanding), and the storers
+//              take the next tile at released_i = drained_i + T_release.
 // The X-Stage is the fluid model of simulator.hpp: accepted bytes join q, which drains at R; while q = Q,
-// acceptance is throttled to R, shared by the issuing CTAs.
+// acceptance is throttled to R, shared max-min fairly by the CTAs issuing remote bytes.
+// Unhindered, a tile's issue takes max((L_i + B_i)/R_S, B_i/(B_ref/T_iss0)): the storer's own bound and the
+// X-Stage's issue bound; the larger binds (the storer's at EP = 1, where B_i = 0).
 // Per tile: T_RS = free_i - w_i, the sender-visible span the MMA can see (the paper's T_iss0 + ΔT_iss, plus
-// any wait for the previous tile's fence), T_cover = ready_{i+S} - w_i (the MMA work before the slot is needed
-// again: the next L2 mainloop under waves, the inserted L1 mainloop(s) and the next L2 mainloop under
-// interleaving), and Δt_{i+S} = [T_RS - T_cover]+ (Eq. 15). With S = 1, an idle storer and no throttling this
-// is exactly Eq. 15 with T_RS = T_iss0.
+// T_load and any wait for the previous tile's fence and release), T_fence = drained_i - w_i (what the kernel's
+// trace calls T_RS: staged -> fence returned), T_cover = ready_{i+S} - w_i (the MMA work before the slot is
+// needed again: the next L2 mainloop under waves, the inserted L1 mainloop(s) and the next L2 mainloop under
+// interleaving), and Δt_{i+S} = [T_RS - T_cover]+ (Eq. 15). With S = 1, an idle storer, no throttling and the
+// storer never the bound (StorerCosts{}) this is exactly Eq. 15 with T_RS = T_iss0.
 // ---------------------------------------------------------------------------------------------
 
 struct CombineBurst {
-  double ready_ns = 0.0;  // the tile's mainloop ended: its consumers want a staging slot
-  double bytes = 0.0;     // the bytes its storers send through the X-Stage (the remote rows)
+  double ready_ns = 0.0;     // the tile's mainloop ended: its consumers want a staging slot
+  double bytes = 0.0;        // B_i: the bytes its storers send through the X-Stage (rows of other ranks)
+  double local_bytes = 0.0;  // L_i: the bytes its storers write to this rank's own combine buffer
 };
 
 struct CombineInjection {
@@ -119,15 +127,19 @@ struct CombineInjection {
   int staging_slots = 1;                        // S
   double B_ref_bytes = 0.0;                     // the burst T_iss0 is quoted for (a full tile's remote bytes)
   double latency_ns = 1000.0;                   // T_lat: a fence's return after its bytes have drained
+  StorerCosts storer;                           // R_S, T_load, T_release (default: never the bound)
   bool propagate_stalls = true;                 // a stall delays the CTA's later tiles
 };
 
 // Why a tile's slot was still held when the MMA needed it (the largest part of the span that outlasted
-// the cover): T_iss0 alone outlasted the cover (issue); its issue was throttled at Q with the X-Stage empty when
-// it started, so its own group of aligned bursts overflowed Q (capacity); throttled at Q behind bytes of earlier
-// bursts still draining, so the injection outran R (rate); or the storers were still waiting for the previous
-// tile's fence, which returns once the bytes ahead of it have drained at R (drain).
-enum class StallCause { none, issue, capacity, drain, rate };
+// the cover): T_iss0 alone outlasted the cover (issue); the storer's own time, T_load + (L + B)/R_S, did and
+// exceeded T_iss0, or the storers were still releasing the previous tile's counts (storer); its issue was
+// throttled at Q with the X-Stage empty when it started, so its own group of aligned bursts overflowed Q
+// (capacity); throttled at Q behind bytes of earlier bursts still draining, so the injection outran R (rate); or
+// the storers were still waiting for the previous tile's fence, which returns once the bytes ahead of it have
+// drained at R (drain).
+enum class StallCause { none, issue, capacity, drain, rate, storer };
+inline constexpr int kStallCauses = 6;
 const char* to_string(StallCause cause);
 
 struct CombineTileTiming {
@@ -138,10 +150,12 @@ struct CombineTileTiming {
   double issued_ns = 0.0;  // free: the last store issued, the slot is free
   double drained_ns = 0.0; // the fence returned
   double stall_ns = 0.0;   // Δt of this tile: staged - ready
-  double T_iss0_ns = 0.0;  // its unhindered issue time (bytes / per-CTA rate)
+  double T_iss0_ns = 0.0;  // its unhindered X-Stage issue time (remote bytes / per-CTA rate)
+  double T_S_ns = 0.0;     // the storer's own time for it: T_load + (local + remote bytes) / R_S
+  double released_ns = 0.0; // its counts released: the storers take the next tile
   bool throttled = false;  // its issue was throttled at Q
   double q_at_start = 0.0; // bytes in the X-Stage when its storers started
-  int draining_at_start = 0;  // K_act as the kernel counts it: CTAs in [start, drained), itself included
+  int draining_at_start = 0;  // K_act as the kernel counts it: CTAs in [start, released), itself included
   double spread_ns = 0.0;     // start minus the earliest start among those draining at once (phase spread)
   StallCause cause = StallCause::none;  // of this tile's stall (attributed to the tile that held the slot)
 };
@@ -151,23 +165,29 @@ struct CombineAudit {
   Distribution K_act;       // draining_at_start over tiles
   Distribution spread_ns;   // phase spread over tiles
   Distribution T_RS_ns;     // staged -> slot free
-  Distribution T_fence_ns;  // staged -> drained (the kernel trace's drained - staged)
+  Distribution T_fence_ns;  // staged -> drained
+  // From the storers' start (the kernel's storers stamp "staged" when they take the tile, after the previous one's
+  // release, so these are what its trace calls loads + store issue and T_RS): start -> last store issued, and
+  // start -> drained.
+  Distribution T_issue_ns;
+  Distribution T_drain_ns;
   Distribution T_cover_ns;  // staged -> the MMA needs the slot again (tiles with a successor S later)
   Distribution stall_ns;    // Δt per tile
   double stalled_fraction = 0.0;    // tiles with Δt > 0
   double stall_ns_per_cta = 0.0;    // Σ Δt / CTAs
   double stall_ns_max_cta = 0.0;    // the most one CTA stalled
-  double stall_by_cause_ns[5] = {}; // Σ Δt by StallCause
+  double stall_by_cause_ns[kStallCauses] = {}; // Σ Δt by StallCause
   StallCause binds = StallCause::none;  // the cause with the largest Σ Δt (none: no tile stalled)
   double q_peak_bytes = 0.0;
   double throttled_fraction = 0.0;  // of the time from the first ready to the last fence
+  double storer_bound_fraction = 0.0;  // tiles whose own storer time T_S exceeded their X-Stage issue time T_iss0
   double injection_bytes_per_ns = 0.0;  // all bytes over that time: the long-run rate against R
   double span_ns = 0.0;                 // first ready -> last fence returned
   std::size_t events = 0;
 };
 
-// Throws InputError for an invalid platform point, S < 1, B_ref <= 0, a negative latency, non-finite or
-// negative ready times or bytes, or ready times that decrease within a CTA.
+// Throws InputError for an invalid platform point or storer costs (validate_storer_costs), S < 1, B_ref <= 0, a
+// negative latency, non-finite or negative ready times or bytes, or ready times that decrease within a CTA.
 CombineAudit simulate_combine(const PlatformPoint& p, const CombineInjection& injection);
 
 }  // namespace xstage::model

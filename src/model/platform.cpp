@@ -66,6 +66,21 @@ PlatformTriple triple_from_json(const JsonFields& r, const nlohmann::json& j, co
   return t;
 }
 
+StorerMeasurement storer_from_json(const JsonFields& r, const nlohmann::json& j, const std::string& at) {
+  r.object(j, at, {"R_S_bytes_per_ns", "T_load_ns", "T_fence_ns", "T_release_ns", "source"});
+  StorerMeasurement s;
+  s.costs.R_S_bytes_per_ns = r.number(r.member(j, at, "R_S_bytes_per_ns"), json_pointer(at, "R_S_bytes_per_ns"), kMinR_bytes_per_ns,
+                                      kMaxR_bytes_per_ns, "bytes/ns");
+  const auto time = [&](const char* key) {
+    return r.number(r.member(j, at, key), json_pointer(at, key), 0.0, kMaxStorerTime_ns, "ns");
+  };
+  s.costs.T_load_ns = time("T_load_ns");
+  s.T_fence_ns = time("T_fence_ns");
+  s.costs.T_release_ns = time("T_release_ns");
+  s.source = r.string(r.member(j, at, "source"), json_pointer(at, "source"));
+  return s;
+}
+
 // The range checks of the reader, on a model built in memory (the same constants, the same messages).
 void check_range(const JsonFields& r, double x, const std::string& at, double lo, double hi, const std::string& unit) {
   if (!(x >= lo && x <= hi))
@@ -201,12 +216,16 @@ nlohmann::json to_json(const PlatformModel& model) {
     paths[to_string(path)] = std::move(j);
   }
   doc["store_paths"] = std::move(paths);
+  if (model.storer)
+    doc["storer"] = {{"R_S_bytes_per_ns", model.storer->costs.R_S_bytes_per_ns}, {"T_load_ns", model.storer->costs.T_load_ns},
+                     {"T_fence_ns", model.storer->T_fence_ns}, {"T_release_ns", model.storer->costs.T_release_ns},
+                     {"source", model.storer->source}};
   return doc;
 }
 
 PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name) {
   const JsonFields r(source_name);
-  r.object(doc, "", {"schema", "provisional", "provenance", "store_paths"});
+  r.object(doc, "", {"schema", "provisional", "provenance", "store_paths", "storer"});
   r.string(r.member(doc, "", "schema"), "/schema", {kSchema});
 
   PlatformModel model;
@@ -223,6 +242,7 @@ PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& s
   r.object(paths, "/store_paths", {"st_global_16B", "tma_bulk"});
   for (const auto& [name, j] : paths.items())
     model.store_paths[store_path_from_string(name)] = triple_from_json(r, j, json_pointer("/store_paths", name));
+  if (doc.contains("storer")) model.storer = storer_from_json(r, doc.at("storer"), "/storer");
   validate_platform(model, source_name);
   return model;
 }
@@ -231,6 +251,24 @@ void validate_platform(const PlatformModel& model, const std::string& source_nam
   const JsonFields r(source_name);
   if (model.store_paths.empty()) r.fail("/store_paths", "must hold at least one of st_global_16B, tma_bulk");
   for (const auto& [path, t] : model.store_paths) validate_triple(r, t, json_pointer("/store_paths", to_string(path)));
+  if (model.storer) {
+    const StorerMeasurement& s = *model.storer;
+    check_range(r, s.costs.R_S_bytes_per_ns, "/storer/R_S_bytes_per_ns", kMinR_bytes_per_ns, kMaxR_bytes_per_ns, "bytes/ns");
+    check_range(r, s.costs.T_load_ns, "/storer/T_load_ns", 0.0, kMaxStorerTime_ns, "ns");
+    check_range(r, s.T_fence_ns, "/storer/T_fence_ns", 0.0, kMaxStorerTime_ns, "ns");
+    check_range(r, s.costs.T_release_ns, "/storer/T_release_ns", 0.0, kMaxStorerTime_ns, "ns");
+    if (s.source.empty() || s.source.size() > kMaxSourceChars)
+      r.fail("/storer/source", "must name the measurement in 1 to " + std::to_string(kMaxSourceChars) + " characters");
+  }
+}
+
+void validate_storer_costs(const StorerCosts& s, const std::string& what) {
+  if (std::isnan(s.R_S_bytes_per_ns) || s.R_S_bytes_per_ns <= 0.0)
+    throw InputError(what + ": the storer rate R_S must be positive bytes/ns (infinite: not a bound; got " +
+                     number_text(s.R_S_bytes_per_ns) + ")");
+  for (const auto& [x, name] : {std::pair{s.T_load_ns, "T_load"}, std::pair{s.T_release_ns, "T_release"}})
+    if (!std::isfinite(x) || x < 0.0)
+      throw InputError(what + ": the storer's " + name + " must be a finite, non-negative time (got " + number_text(x) + " ns)");
 }
 
 int platform_sm_count(const PlatformModel& model) {

@@ -20,13 +20,19 @@
 //       "fit":    { ... free-form diagnostics from the calibration ... }
 //     },
 //     "tma_bulk": { ... same fields ... }
+//   },
+//   "storer": {                            // optional: the MoE combine storer's own costs per CTA (StorerCosts)
+//     "R_S_bytes_per_ns": 62.42, "T_load_ns": 637.8, "T_fence_ns": 1090.1, "T_release_ns": 1478.3,
+//     "source": "the committed result and the variants these come from"
 //   }
 // }
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,10 +69,32 @@ struct PlatformTriple {
   nlohmann::json fit = nlohmann::json::object();  // calibration diagnostics (free-form)
 };
 
+// The MegaMoE combine storer's own costs per CTA (its two storer warps, src/moe/kernel/storer.cuh), measured
+// apart from the X-Stage: a Linear-2 tile's storers issue ALL of its rows (local and remote) at no more than
+// R_S, after a fixed T_load, and take the next tile T_release after their fence returned. model::simulate_combine
+// uses them beside M_X (docs/MODEL.md, "The storer's own rate"). The defaults are the storer that is never the
+// bound: an infinite rate and no fixed costs (what a platform file without "storer" means).
+struct StorerCosts {
+  double R_S_bytes_per_ns = std::numeric_limits<double>::infinity();  // issue rate per CTA, every stored byte
+  double T_load_ns = 0.0;     // per tile before its first store: the RowSource loads and the loop's start
+  double T_release_ns = 0.0;  // per tile after its fence: the count releases before the storers move on
+};
+// Throws InputError naming `what` unless R_S > 0 (infinite allowed) and both times are finite and >= 0.
+void validate_storer_costs(const StorerCosts& s, const std::string& what);
+
+// The file's "storer" section: the costs above plus the system fence's return with only local stores
+// outstanding (T_fence_ns: `xstage plan moe` takes it as T_lat unless --t-lat is given) and where they come from.
+struct StorerMeasurement {
+  StorerCosts costs;
+  double T_fence_ns = 0.0;
+  std::string source;  // the committed result and how the numbers were taken from it
+};
+
 struct PlatformModel {
   bool provisional = false;
   nlohmann::json provenance = nlohmann::json::object();
   std::map<StorePath, PlatformTriple> store_paths;
+  std::optional<StorerMeasurement> storer;  // absent: the storer is not a bound (StorerCosts{})
 };
 
 // The physical range of every number in a platform file; a value outside is refused, naming the file, the
@@ -82,6 +110,8 @@ inline constexpr std::int64_t kMaxB_bytes = std::int64_t{1} << 36;  // 64 GiB pe
 inline constexpr int kMaxProducers = 1'000'000;         // K: CTAs or warps that store
 inline constexpr int kMaxSmCount = 16384;               // provenance.sm_count (and `xstage plan --sms`)
 inline constexpr std::size_t kMaxPlatformPoints = 100'000;  // per T_iss0 grid or Q list
+inline constexpr double kMaxStorerTime_ns = 1e9;         // storer.T_load_ns, T_fence_ns, T_release_ns: 1 s per tile
+inline constexpr std::size_t kMaxSourceChars = 4096;     // storer.source
 
 nlohmann::json to_json(const PlatformModel& model);
 PlatformModel platform_from_json(const nlohmann::json& doc, const std::string& source_name);
@@ -93,7 +123,7 @@ int platform_sm_count(const PlatformModel& model);
 
 // Checks what platform_from_json checks, on a model built in memory (the calibration's output): at least
 // one store path; per path R, a non-empty T_iss0 grid and Q list with every value in its range above and no
-// duplicate points. Throws InputError naming `source_name` and the field. write_platform_file() calls it
+// duplicate points; a storer section's rate in [kMinR, kMaxR], its times in [0, kMaxStorerTime_ns], a source. Throws InputError naming `source_name` and the field. write_platform_file() calls it
 // (and rethrows as xstage::Error, since a bad model there is a program error, not bad input).
 void validate_platform(const PlatformModel& model, const std::string& source_name);
 

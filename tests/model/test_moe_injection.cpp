@@ -164,6 +164,123 @@ TEST(MoeInjection, KactCountsTheDrainingCtasAndTheirPhaseSpread) {
   EXPECT_DOUBLE_EQ(a.K_act.max, 3.0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The storer's own rate (StorerCosts) beside the X-Stage's.
+// ---------------------------------------------------------------------------------------------
+
+// One CTA, tiles of local rows only (EP = 1): only the storer's own costs remain.
+CombineInjection local_only(const std::vector<double>& ready, double local_bytes, const StorerCosts& storer, double latency_ns) {
+  CombineInjection in = one_cta(ready, 0.0, 1, latency_ns);
+  for (CombineBurst& b : in.ctas[0]) b.local_bytes = local_bytes;
+  in.B_ref_bytes = 1.0;
+  in.storer = storer;
+  return in;
+}
+
+TEST(MoeInjection, AtEp1TheStorersOwnRateBindsTheSpan) {
+  const StorerCosts storer{62.5, 600.0, 1500.0};
+  const CombineAudit a = simulate_combine(kPaper, local_only({1000.0}, 64 * KiB, storer, 1100.0));
+  ASSERT_EQ(a.tiles.size(), 1u);
+  const CombineTileTiming& t = a.tiles[0];
+  // T_RS = T_load + (L + B)/R_S, T_fence adds the fence, the release follows it; nothing entered the X-Stage.
+  EXPECT_NEAR(t.issued_ns - t.staged_ns, 600.0 + 64 * KiB / 62.5, 1e-6);
+  EXPECT_NEAR(t.drained_ns - t.issued_ns, 1100.0, 1e-6);
+  EXPECT_NEAR(t.released_ns - t.drained_ns, 1500.0, 1e-6);
+  EXPECT_NEAR(t.T_S_ns, 600.0 + 64 * KiB / 62.5, 1e-9);
+  EXPECT_DOUBLE_EQ(t.T_iss0_ns, 0.0);
+  EXPECT_DOUBLE_EQ(a.storer_bound_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(a.q_peak_bytes, 0.0);
+  EXPECT_NEAR(a.T_RS_ns.median, 600.0 + 64 * KiB / 62.5, 1e-6);
+  EXPECT_NEAR(a.T_issue_ns.median, 600.0 + 64 * KiB / 62.5, 1e-6);
+  EXPECT_NEAR(a.T_drain_ns.median, 600.0 + 64 * KiB / 62.5 + 1100.0, 1e-6);
+  // The storer that is never the bound (no storer section): local stores are free, as the audit had them.
+  const CombineAudit free = simulate_combine(kPaper, local_only({1000.0}, 64 * KiB, StorerCosts{}, 1100.0));
+  EXPECT_DOUBLE_EQ(free.tiles[0].issued_ns, 1000.0);
+  EXPECT_DOUBLE_EQ(free.T_RS_ns.max, 0.0);
+  EXPECT_DOUBLE_EQ(free.storer_bound_fraction, 0.0);
+}
+
+TEST(MoeInjection, TheStorersCycleMakesTheMmaWait) {
+  // One slot, tiles 2 us apart, a storer cycle of T_load + L/R_S + T_lat + T_release = 500 + 1024 + 200 + 2000 ns:
+  // from the third tile on, each waits for the slot the previous one holds while its storers still release the tile
+  // before; in steady state Δt = cycle - gap per tile, charged to the storer.
+  const StorerCosts storer{64.0, 500.0, 2000.0};
+  std::vector<double> ready;
+  for (int i = 0; i < 8; ++i) ready.push_back(2000.0 * i);
+  const CombineAudit a = simulate_combine(kPaper, local_only(ready, 64 * KiB, storer, 200.0));
+  const double cycle = 500.0 + 64 * KiB / 64.0 + 200.0 + 2000.0;
+  EXPECT_DOUBLE_EQ(a.tiles[1].stall_ns, 0.0);
+  EXPECT_NEAR(a.tiles.back().stall_ns, cycle - 2000.0, 1e-6);
+  EXPECT_EQ(a.binds, StallCause::storer);
+  // The storers' own span (from their start, as the kernel's trace stamps it) stays T_load + L/R_S + T_lat; the
+  // span the MMA sees (from staging) also holds the wait for the previous tile's release.
+  EXPECT_NEAR(a.T_drain_ns.max, 500.0 + 64 * KiB / 64.0 + 200.0, 1e-6);
+  EXPECT_GT(a.T_RS_ns.max, a.T_issue_ns.max + 1000.0);
+  EXPECT_GT(a.stall_by_cause_ns[static_cast<int>(StallCause::storer)], 0.0);
+  EXPECT_DOUBLE_EQ(a.stall_by_cause_ns[static_cast<int>(StallCause::drain)], 0.0);
+  for (std::size_t i = 1; i < a.tiles.size(); ++i)
+    EXPECT_GE(a.tiles[i].start_ns + 1e-9, a.tiles[i - 1].released_ns) << i;  // one tile at a time, release included
+  // A storer slower than the gap on its own issue (no fence, no release): the issue binds, charged to the storer too.
+  const CombineAudit slow = simulate_combine(kPaper, local_only(ready, 64 * KiB, StorerCosts{16.0, 0.0, 0.0}, 0.0));
+  EXPECT_NEAR(slow.tiles.back().stall_ns, 64 * KiB / 16.0 - 2000.0, 1e-6);
+  EXPECT_EQ(slow.binds, StallCause::storer);
+}
+
+TEST(MoeInjection, UnhinderedIssueIsTheLargerOfTheTwoBounds) {
+  // One CTA, 32 KiB remote and 32 KiB local: issue = max((L + B)/R_S, B·T_iss0/B_ref), no X-Stage back-pressure.
+  for (double R_S : {20.0, 50.0, 200.0, 1e4}) {
+    CombineInjection in = one_cta({0.0}, 32 * KiB, 1, 0.0);
+    in.ctas[0][0].local_bytes = 32 * KiB;
+    in.storer = StorerCosts{R_S, 0.0, 0.0};
+    const CombineAudit a = simulate_combine(kPaper, in);
+    const double expect = std::max(64 * KiB / R_S, kPaper.T_iss0_ns);
+    EXPECT_NEAR(a.tiles[0].issued_ns, expect, 1e-6 * expect) << R_S;
+    EXPECT_EQ(a.storer_bound_fraction, 64 * KiB / R_S > kPaper.T_iss0_ns ? 1.0 : 0.0) << R_S;
+    EXPECT_FALSE(a.tiles[0].throttled);
+  }
+}
+
+TEST(MoeInjection, AFastStorerLeavesTheXStageBound) {
+  // 148 CTAs, each 48 KiB remote and 16 KiB local at once, a storer far faster than the X-Stage: the remote bytes
+  // overflow Q and the issue ends at Eq. 6's T_iso for them (the local bytes go along in proportion); the next tiles,
+  // 2 us later, find the slots held: capacity, as without the storer.
+  CombineInjection in;
+  in.ctas.assign(148, {{0.0, 48 * KiB, 16 * KiB}, {2000.0, 48 * KiB, 16 * KiB}});
+  in.B_ref_bytes = 48 * KiB;
+  in.latency_ns = 0.0;
+  in.storer = StorerCosts{1e4, 0.0, 0.0};
+  const CombineAudit a = simulate_combine(kPaper, in);
+  const double V = 148 * 48 * KiB;
+  EXPECT_NEAR(a.tiles[0].issued_ns, isolated_issue_time_ns(kPaper, V), 1e-6 * V);
+  EXPECT_TRUE(a.tiles[0].throttled);
+  EXPECT_NEAR(a.q_peak_bytes, kPaper.Q_bytes, 1.0);
+  EXPECT_EQ(a.binds, StallCause::capacity);
+  EXPECT_DOUBLE_EQ(a.storer_bound_fraction, 0.0);
+  // A storer slow enough to pace the injection below R (148 x 0.75 x 6 B/ns = 666 < 717 B/ns) never fills the
+  // X-Stage: no throttling, each tile issues at its own rate, and what holds the slots is the storer.
+  in.storer = StorerCosts{6.0, 0.0, 0.0};
+  const CombineAudit paced = simulate_combine(kPaper, in);
+  EXPECT_FALSE(paced.tiles[0].throttled);
+  EXPECT_DOUBLE_EQ(paced.throttled_fraction, 0.0);
+  EXPECT_NEAR(paced.tiles[0].issued_ns, 64 * KiB / 6.0, 1e-6 * 64 * KiB);
+  EXPECT_EQ(paced.binds, StallCause::storer);
+}
+
+TEST(MoeInjection, ThrottledShareIsMaxMinFair) {
+  // Two CTAs at once into an X-Stage of tiny Q: one offers little remote (a mostly local tile through a slow
+  // storer), the other a full remote tile. The small offer is met in full, the other gets the rest of R.
+  const PlatformPoint p{100.0, 100.0, 1.0};
+  CombineInjection in;
+  in.ctas = {{{0.0, 1000.0, 9000.0}}, {{0.0, 100000.0, 0.0}}};
+  in.B_ref_bytes = 100000.0;  // rate 1000 B/ns per CTA
+  in.latency_ns = 0.0;
+  in.storer = StorerCosts{200.0, 0.0, 0.0};  // CTA 0 offers 0.1 x 200 = 20 B/ns remote; CTA 1 min(200, 1000)
+  const CombineAudit a = simulate_combine(p, in);
+  EXPECT_NEAR(a.tiles[0].issued_ns, 10000.0 / 200.0, 1e-3);  // CTA 0 at its own storer rate throughout
+  // CTA 1: 80 B/ns while CTA 0 issues (50 ns, plus the first instant filling Q), then all of R.
+  EXPECT_NEAR(a.tiles[1].issued_ns, 50.0 + (100000.0 - 80.0 * 50.0 - 1.0) / 100.0, 0.1);
+}
+
 TEST(MoeInjection, EmptyAndBadInput) {
   CombineInjection in;
   in.B_ref_bytes = 1.0;
@@ -189,6 +306,17 @@ TEST(MoeInjection, EmptyAndBadInput) {
   EXPECT_THROW(simulate_combine(PlatformPoint{0.0, 1.0, 1.0}, one_cta({0.0}, 1.0, 1, 0.0)), InputError);
   EXPECT_STREQ(to_string(StallCause::capacity), "capacity");
   EXPECT_STREQ(to_string(StallCause::rate), "rate");
+  EXPECT_STREQ(to_string(StallCause::storer), "storer");
+  // Bad storer costs and negative local bytes are refused by name.
+  for (const StorerCosts& bad : {StorerCosts{0.0, 0.0, 0.0}, StorerCosts{-5.0, 0.0, 0.0}, StorerCosts{10.0, -1.0, 0.0},
+                                 StorerCosts{10.0, 0.0, std::nan("")}}) {
+    CombineInjection b = one_cta({0.0}, 1.0, 1, 0.0);
+    b.storer = bad;
+    EXPECT_THROW(simulate_combine(kPaper, b), InputError);
+  }
+  CombineInjection neg = one_cta({0.0}, 1.0, 1, 0.0);
+  neg.ctas[0][0].local_bytes = -1.0;
+  EXPECT_THROW(simulate_combine(kPaper, neg), InputError);
 }
 
 }  // namespace

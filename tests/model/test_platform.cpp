@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <string>
 
@@ -324,6 +326,94 @@ TEST(PlatformInterpolation, ClampsAndWarnsOutsideTheMeasuredRange) {
   EXPECT_THROW(evaluate_platform(t, 64, -1.0), InputError);
 }
 
+// The optional storer section: round trip, absent means never the bound, and each bad value named.
+StorerMeasurement synthetic_storer() {
+  StorerMeasurement s;
+  s.costs = {62.5, 600.0, 1500.0};
+  s.T_fence_ns = 1100.0;
+  s.source = "a bench run";
+  return s;
+}
+
+TEST_F(PlatformFileTest, StorerSectionRoundTripsAndIsOptional) {
+  PlatformModel m = synthetic_model();
+  write_platform_file(path("none.json"), m);
+  EXPECT_FALSE(read_platform_file(path("none.json")).storer.has_value());
+  EXPECT_FALSE(to_json(m).contains("storer"));
+  m.storer = synthetic_storer();
+  write_platform_file(path("s.json"), m);
+  const PlatformModel r = read_platform_file(path("s.json"));
+  ASSERT_TRUE(r.storer.has_value());
+  EXPECT_DOUBLE_EQ(r.storer->costs.R_S_bytes_per_ns, 62.5);
+  EXPECT_DOUBLE_EQ(r.storer->costs.T_load_ns, 600.0);
+  EXPECT_DOUBLE_EQ(r.storer->costs.T_release_ns, 1500.0);
+  EXPECT_DOUBLE_EQ(r.storer->T_fence_ns, 1100.0);
+  EXPECT_EQ(r.storer->source, "a bench run");
+  EXPECT_EQ(to_json(r), to_json(m));
+  // Absent, the storer is never the bound: an infinite rate and no fixed costs.
+  const StorerCosts never;
+  EXPECT_TRUE(std::isinf(never.R_S_bytes_per_ns));
+  EXPECT_DOUBLE_EQ(never.T_load_ns + never.T_release_ns, 0.0);
+}
+
+TEST_F(PlatformFileTest, BadStorerValuesAreNamed) {
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* expect;
+  };
+  const Case cases[] = {{"R_S_bytes_per_ns", -62.5, "[0.001, 100000] bytes/ns"},
+                        {"R_S_bytes_per_ns", 0.0, "[0.001, 100000] bytes/ns"},
+                        {"R_S_bytes_per_ns", "fast", "must be a number"},
+                        {"T_load_ns", -1.0, "[0, 1e+09] ns"},
+                        {"T_fence_ns", 2e9, "[0, 1e+09] ns"},
+                        {"T_release_ns", -0.5, "[0, 1e+09] ns"},
+                        {"source", 7, "must be a string"}};
+  for (const Case& c : cases) {
+    PlatformModel m = synthetic_model();
+    m.storer = synthetic_storer();
+    nlohmann::json doc = to_json(m);
+    doc["storer"][c.key] = c.value;
+    write_json_file(path("f.json"), doc);
+    expect_input_error(path("f.json"), {path("f.json"), std::string("/storer/") + c.key, c.expect});
+  }
+  for (const char* key : {"R_S_bytes_per_ns", "T_load_ns", "T_fence_ns", "T_release_ns", "source"}) {
+    PlatformModel m = synthetic_model();
+    m.storer = synthetic_storer();
+    nlohmann::json doc = to_json(m);
+    doc["storer"].erase(key);
+    write_json_file(path("f.json"), doc);
+    expect_input_error(path("f.json"), {std::string("/storer/") + key, "missing"});
+  }
+  nlohmann::json doc = to_json(synthetic_model());
+  doc["storer"] = to_json([] { PlatformModel m = synthetic_model(); m.storer = synthetic_storer(); return m; }())["storer"];
+  doc["storer"]["R_S"] = 1.0;  // a misspelt key is an error, not ignored
+  write_json_file(path("f.json"), doc);
+  expect_input_error(path("f.json"), {"/storer", "R_S"});
+  // In memory (what a writer would store): non-finite values and an empty source are refused too.
+  PlatformModel m = synthetic_model();
+  m.storer = synthetic_storer();
+  m.storer->costs.T_load_ns = std::nan("");
+  EXPECT_THROW(write_platform_file(path("w.json"), m), Error);
+  m.storer = synthetic_storer();
+  m.storer->source.clear();
+  EXPECT_THROW(write_platform_file(path("w.json"), m), Error);
+  EXPECT_FALSE(fs::exists(path("w.json")));
+}
+
+TEST(StorerCosts, ValidationNamesTheBadValue) {
+  EXPECT_NO_THROW(validate_storer_costs(StorerCosts{}, "x"));  // infinite rate: never the bound
+  for (const StorerCosts& bad : {StorerCosts{0.0, 0.0, 0.0}, StorerCosts{-1.0, 0.0, 0.0}, StorerCosts{std::nan(""), 0.0, 0.0},
+                                 StorerCosts{10.0, -1.0, 0.0}, StorerCosts{10.0, 0.0, std::numeric_limits<double>::infinity()}}) {
+    try {
+      validate_storer_costs(bad, "the audit");
+      FAIL() << "accepted a bad storer";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("the audit"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ShippedPlatform, H200IsACalibrationThatRecordsHowItWasMade) {
   const PlatformModel m = read_platform_file(std::string(XSTAGE_SOURCE_DIR) + "/platforms/h200_nvlink4.json");
   EXPECT_FALSE(m.provisional);
@@ -339,6 +429,11 @@ TEST(ShippedPlatform, H200IsACalibrationThatRecordsHowItWasMade) {
     EXPECT_LT(t.R_bytes_per_ns, 18 * 26.56);
     EXPECT_FALSE(t.fit.empty()) << "the calibration's diagnostics travel with the file";
   }
+  // The storer's own costs, measured apart from the X-Stage and named by their source.
+  ASSERT_TRUE(m.storer.has_value());
+  EXPECT_NE(m.storer->source.find("storer_bench"), std::string::npos) << m.storer->source;
+  EXPECT_NO_THROW(validate_storer_costs(m.storer->costs, "h200_nvlink4.json"));
+  EXPECT_FALSE(std::isinf(m.storer->costs.R_S_bytes_per_ns));
 }
 
 TEST(ShippedPlatform, PaperReferenceIsProvisionalPaperNumbersForBothPaths) {
@@ -358,6 +453,7 @@ TEST(ShippedPlatform, PaperReferenceIsProvisionalPaperNumbersForBothPaths) {
   EXPECT_TRUE(at148.warnings.empty());
   EXPECT_NEAR(at148.point.Q_bytes, 4.25 * MiB, 2.0);
   EXPECT_NEAR(at148.point.T_iss0_ns, 760.0, 1.0);
+  EXPECT_FALSE(m.storer.has_value()) << "the paper gives no storer rate";
   EXPECT_FALSE(evaluate_platform(st, 200, 32 * KiB).warnings.empty());
   // TMA bursts back-pressure at about half the volume.
   for (int K : {16, 33, 66, 132, 148})

@@ -5,9 +5,9 @@
 #
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
-#             moe_predictions | moe_traces | moe_power | attention | ulysses | torch_vs_cli
+#             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
-#     XSTAGE  the built binary (moe_rule_sensitivity runs `xstage plan moe`)
+#     XSTAGE  the built binary (moe_rule_sensitivity and moe_storer run `xstage plan moe`)
 set -euo pipefail
 
 case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
@@ -83,6 +83,18 @@ PY
     run tools/moe/trace_figures.py "$tmp/phases" --out "$tmp/phases-out"
     has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 0 | 1.00 / 1.00 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 5.00 / 5.00 | 1 |"
     has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 1 | 0.50 / 0.50 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 4.50 / 4.50 | 1 |" ;;
+  moe_storer)  # the shipped platform file's storer section is the committed storer bench's; the audit against the phases
+    d=results/h200/moe/2026-12-01-storer-phases/after
+    run tools/moe/storer_model.py costs $d/storer_bench.json.xz
+    "$py" - "$tmp/stdout" platforms/h200_nvlink4.json <<'PY' || fail "platforms/h200_nvlink4.json's storer section is not the bench's"
+import json, sys
+derived = json.load(open(sys.argv[1]))["storer"]
+shipped = json.load(open(sys.argv[2]))["storer"]
+sys.exit(0 if derived == shipped else 1)
+PY
+    xstage=${4:?moe_storer needs the xstage binary}
+    run tools/moe/storer_model.py compare "$xstage" platforms/h200_nvlink4.json $d
+    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/fp8 | expert-wave | 1.69 | 2.53 / 2.54 | 2.78 | 3.55 / 3.55 | 0.78 / 0.78 |" ;;
   moe_power)  # the table the run printed, again from its archive
     d=$moe/run41-power-and-clock/trial-gaps
     run tools/moe/power_summary.py $d/moe_power.tar.xz

@@ -491,22 +491,25 @@ ScheduleAudit audit_schedule(const MoeProblem& problem, const std::vector<int>& 
   a.busy_ns_per_cta = busy / K_SM * a.tick_ns;
   a.idle_ns_per_cta = std::max(0.0, a.makespan_ns - a.busy_ns_per_cta - a.wait_ns_per_cta);
 
-  // The combine bursts: each CTA's Linear-2 tiles at their mainloop ends, with the bytes of their real
-  // (non-padding) rows that leave the rank.
-  const double remote = static_cast<double>(problem.P_ranks - 1) / problem.P_ranks;
+  // The combine bursts: each CTA's Linear-2 tiles at their mainloop ends, with the bytes of their real rows (the
+  // storers walk all 128 row slots, but a slot past the expert's last row stores nothing), split by source: at the
+  // balanced load a row's token is on any of the P ranks alike, so (P-1)/P of them leave the rank (B_i) and 1/P are
+  // this rank's own (L_i, stored locally by the same storers).
+  const double remote = static_cast<double>(problem.P_ranks - 1) / problem.P_ranks, local = 1.0 / problem.P_ranks;
   a.B_tile_bytes = static_cast<double>(MixedPairTiling::kHalfRows) * problem.b_n * problem.out_bytes * remote;
   model::CombineInjection in;
   in.ctas.resize(K_SM);
   in.staging_slots = a.staging_slots;
   in.B_ref_bytes = a.B_tile_bytes > 0.0 ? a.B_tile_bytes : 1.0;
   in.latency_ns = c.latency_ns;
+  in.storer = c.storer;
   for (int cta = 0; cta < K_SM; ++cta)
     for (const CtaTileRun& r : timeline[cta]) {
       if (r.tile.stage != Stage::L2) continue;
       const std::int64_t first = static_cast<std::int64_t>(r.tile.m_block) * pr.b_m + r.half * MixedPairTiling::kHalfRows;
       const std::int64_t rows = std::clamp<std::int64_t>(expert_rows[r.tile.expert] - first, 0, MixedPairTiling::kHalfRows);
-      in.ctas[cta].push_back({static_cast<double>(r.end) * a.tick_ns,
-                              static_cast<double>(rows) * pr.l2_block_cols(r.tile.n_block) * pr.out_bytes * remote});
+      const double row_bytes = static_cast<double>(pr.l2_block_cols(r.tile.n_block)) * pr.out_bytes;
+      in.ctas[cta].push_back({static_cast<double>(r.end) * a.tick_ns, rows * row_bytes * remote, rows * row_bytes * local});
     }
   if (!c.simulate_combine) return a;
   a.combine = model::simulate_combine(c.platform, in);

@@ -177,6 +177,7 @@ struct ScheduleAuditConfig {
   double T_L1_ns = 0.0, T_L2_ns = 0.0;  // mainloop of one CTA tile (model::moe_mainloop_times)
   model::PlatformPoint platform;         // M_X for one tile's remote bytes (the caller evaluates it, e.g. at K_SM)
   double latency_ns = 1000.0;            // T_lat: a fence's return after its bytes drained
+  model::StorerCosts storer;             // the storers' own R_S, T_load, T_release (default: never the bound)
   int ticks_per_tile = 64;               // lockstep resolution: the shorter tile lasts this many time units
   double time_jitter = 0.0;              // SimulationConfig::time_jitter: tile times vary by ±this fraction
   std::uint64_t seed = 1;

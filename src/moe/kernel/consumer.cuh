@@ -1,6 +1,9 @@
 // The consumer role (warpgroups 1-2, 64 rows each of the 128 × b_n tile): per tile of this CTA's walk, the
 // mainloop (mainloop.cuh), then the Linear-1 epilogue (SwiGLU into the ring) or the Linear-2 epilogue (into
-// the staging buffer the storers drain).
+// the staging buffer the storers drain). A warpgroup whose 64 rows are all padding (experts with few rows:
+// at most 64 of an m-block's 128) skips the products and the epilogue's writes but keeps every wait, release
+// and arrival: the rows it skips are never read (a Linear-2 tile's padding rows come from the same
+// warpgroup's skipped Linear-1 rows, and the storers store no padding row).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -72,8 +75,13 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
         }
       }
     }
+    // This warpgroup's rows start at row cta_row0 + 64·wg of the scheduler row, m-block m_block of the expert.
+    const bool idle = smem.expert_rows(t.expert, pr.P_ranks, pr.E_local()) <=
+                      static_cast<std::int64_t>(t.m_block) * pr.b_m + cta_row0 + 64 * (tid / 128);
     const long long ml_start = stats_clock();
-    if constexpr (!C::kFp8)
+    if (idle)
+      mainloop_idle<C>(pipeline, state, k_blocks, prm.wait);
+    else if constexpr (!C::kFp8)
       mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, k_blocks, prm.wait);
     else
       mainloop_fp8<C>(pipeline, state, mma, tCrA, tCrB, acc, tmp, fp8_scale_source(prm, t, cta_row0, r0), k_blocks, prm.wait);
@@ -81,10 +89,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
     unsigned long long waited = 0;
     if (t.stage == Stage::L1) {
-      l1_epilogue(prm, t, cta_row0, acc, tCcC, r0, tid);
+      l1_epilogue(prm, t, cta_row0, acc, tCcC, r0, tid, idle);
       ++l1_tiles;
     } else {
-      waited = l2_epilogue(prm, smem, acc, tCcC, j);
+      waited = l2_epilogue(prm, smem, acc, tCcC, j, idle);
       staging_wait += waited;
       ++j;
     }

@@ -30,8 +30,7 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int p = u / units_per_row;
     const int e = rows.expert_of_row(p);
-    int rows_e = 0;
-    for (int s = 0; s < P; ++s) rows_e += smem.counts[s * EL + e];
+    const std::int64_t rows_e = smem.expert_rows(e, P, EL);
     const int r0 = (u % units_per_row) * kDispatchUnitRows + dw * kWarpRows;  // first row of this warp in the block
     RowSource src{};
     if (lane < kWarpRows) {

@@ -18,16 +18,14 @@ namespace xstage::moe {
 
 inline constexpr int kL1EpilogueBarrier = 1;  // named barrier of the consumer warpgroups
 
-// `idle`: this warpgroup's rows are all padding (consumer.cuh): nothing to write, but the barrier and the release.
 template <class C, class Acc, class Coords>
 __device__ __forceinline__ void l1_epilogue(const MegaMoeParams<C>& prm, const Tile& t, int cta_row0, Acc& acc, const Coords& tCcC,
-                                            int r0, int tid, bool idle) {
+                                            int r0, int tid) {
   using namespace cute;
   const MoeProblem& pr = prm.problem;
   const SymmetricWindow& w = prm.window;
   constexpr int kAcc = decltype(size(acc))::value;
-  if (idle) {
-  } else if constexpr (!C::kFp8) {
+  if constexpr (!C::kFp8) {
     // act = silu(gate) · up, bf16, into ring columns [n·b_n/2, (n+1)·b_n/2) of row block p.
     __nv_bfloat16* ring = at<__nv_bfloat16>(prm.local, w.ring.l1_tile_offset(t.row, t.n_block) + cta_row0 * w.ring.row_pitch_bytes);
     const std::int64_t pitch = pr.h_inter;

@@ -11,12 +11,11 @@
 
 namespace xstage::moe {
 
-// `j`: this CTA's Linear-2 tiles before this one (staging slot j mod slots, its phase); `idle`: this
-// warpgroup's rows are all padding (consumer.cuh), which the storers skip: it only waits and arrives. Returns
-// the cycles spent waiting for the slot (0 unless kMoeStats).
+// `j`: this CTA's Linear-2 tiles before this one (staging slot j mod slots, its phase). Returns the cycles
+// spent waiting for the slot (0 unless kMoeStats).
 template <class C, class Acc, class Coords>
 __device__ __forceinline__ unsigned long long l2_epilogue(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, const Acc& acc,
-                                                          const Coords& tCcC, int j, bool idle) {
+                                                          const Coords& tCcC, int j) {
   using namespace cute;
   constexpr int kAcc = decltype(size(acc))::value;
   const int slot = j % C::kStagingSlots, phase = (j / C::kStagingSlots) & 1;
@@ -24,12 +23,10 @@ __device__ __forceinline__ unsigned long long l2_epilogue(const MegaMoeParams<C>
   wait_mbarrier(prm.wait, &smem.staging_empty[slot], phase ^ 1, MoeWait::staging_empty, slot);
   const unsigned long long waited = static_cast<unsigned long long>(stats_clock() - t0);
   __nv_bfloat16* staged = smem.staging[slot];
-  if (!idle) {
 #pragma unroll
-    for (int v = 0; v < kAcc; v += 2) {
-      const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
-      *reinterpret_cast<__nv_bfloat162*>(staged + r * C::kStagingPitch + c) = __floats2bfloat162_rn(acc(v), acc(v + 1));
-    }
+  for (int v = 0; v < kAcc; v += 2) {
+    const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
+    *reinterpret_cast<__nv_bfloat162*>(staged + r * C::kStagingPitch + c) = __floats2bfloat162_rn(acc(v), acc(v + 1));
   }
   cutlass::arch::ClusterBarrier::arrive(&smem.staging_full[slot]);
   return waited;

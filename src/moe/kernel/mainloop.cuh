@@ -16,7 +16,8 @@ namespace xstage::moe {
 
 // A warpgroup whose 64 rows of the tile are all padding (an expert's last m-block holds fewer rows than
 // the tile) computes nothing: it waits for each stage and releases it, so the pipeline's protocol is the
-// same as for a computing warpgroup. Its own loop, so the computing mainloops below keep no branch.
+// same as for a computing warpgroup. Its own loop, so the computing mainloops below keep no branch (they are
+// then called with no k-block).
 template <class C>
 __device__ __forceinline__ void mainloop_idle(typename C::Pipeline& pipeline, typename C::Pipeline::PipelineState& state, int k_blocks,
                                               const comm::WaitContext& wait) {
@@ -33,6 +34,7 @@ __device__ __forceinline__ void mainloop_bf16(typename C::Pipeline& pipeline, ty
                                               Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc, int k_blocks,
                                               const comm::WaitContext& wait) {
   using namespace cute;
+  if (k_blocks == 0) return;  // an idle warpgroup (mainloop_idle): nothing consumed, nothing to release
   typename C::Pipeline::PipelineState previous = state;
   for (int kb = 0; kb < k_blocks; ++kb) {
     comm::bounded_consumer_wait(pipeline, state, wait, static_cast<int>(MoeWait::pipeline_full));

@@ -40,16 +40,11 @@ struct MegaMoeSharedStorage {
   alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
+  int expert_rows[C::kMaxLocalExperts];     // (token, k) pairs routed to local expert e this call (sum over sources)
   std::uint32_t n_row_last[C::kMaxLocalExperts / 32];  // mixed pairs: bit e = expert e's last row is an N-row
   int routing_ok;                           // every source published this call, and its rows fit
   std::uint32_t epoch;                      // the call this launch runs (comm/device/call_epoch.cuh)
 
-  // Rows ((token, k) pairs) that the P sources send to local expert e this call.
-  XSTAGE_HD std::int64_t expert_rows(int e, int P, int E_local) const {
-    std::int64_t rows = 0;
-    for (int s = 0; s < P; ++s) rows += counts[s * E_local + e];
-    return rows;
-  }
 };
 
 #if defined(__CUDACC__)

@@ -7,6 +7,8 @@
 # shared-memory traffic, the SM clock. Also a plain `xstage moe bench` of the same config (times and the
 # kernel's own statistics at P = 1, to compare with the 2-GPU run).
 # Knobs (besides XSTAGE_BUILD and OUT: scripts/gpu/env.sh):
+#   MOE_PROFILE_CONFIG  the grid file (default configs/moe_profile_p1.json; e.g. configs/moe_triton_compare.json with
+#                     MOE_PROFILE_ARGS="--dtype fp8 --filter t1024" for the layer that streams weights for few rows)
 #   MOE_PROFILE_IMPL  fused implementations to profile (default: megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved)
 #   MOE_PROFILE_ARGS  extra bench options for the fused runs (e.g. "--cluster-m 2")
 #   NCU_REPLAY        ncu --replay-mode: kernel (default) or application. Neither profiles the kernels launched
@@ -28,7 +30,7 @@ source scripts/gpu/env.sh
 log_to moe_profile
 W="$OUT/moe_profile"; mkdir -p "$W"
 require_build "$X"
-CONFIG=configs/moe_profile_p1.json
+CONFIG=${MOE_PROFILE_CONFIG:-configs/moe_profile_p1.json}
 IMPLS=${MOE_PROFILE_IMPL:-megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
 read -r -a ARGS <<< "${MOE_PROFILE_ARGS:-}"
 read -r -a SECTIONS <<< "${NCU_SECTIONS-SpeedOfLight MemoryWorkloadAnalysis ComputeWorkloadAnalysis Occupancy WarpStateStats}"

@@ -1,6 +1,9 @@
 // The consumer role (warpgroups 1-2, 64 rows each of the 128 × b_n tile): per tile of this CTA's walk, the
 // mainloop (mainloop.cuh), then the Linear-1 epilogue (SwiGLU into the ring) or the Linear-2 epilogue (into
-// the staging buffer the storers drain).
+// the staging buffer the storers drain). In bf16 a warpgroup whose 64 rows are all padding (experts with few
+// rows: at most 64 of an m-block's 128) skips the products but keeps every wait and release; its epilogue
+// writes what its accumulators hold (the previous tile's values), which nothing reads: a Linear-2 tile's
+// padding rows come from the same warpgroup's Linear-1 rows, and the storers store no padding row.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -73,10 +76,17 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       }
     }
     const long long ml_start = stats_clock();
-    if constexpr (!C::kFp8)
-      mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, k_blocks, prm.wait);
-    else
+    if constexpr (!C::kFp8) {
+      // This warpgroup's rows start at row cta_row0 + 64·wg of the scheduler row, m-block m_block of the expert.
+      const bool idle = smem.expert_rows[t.expert] <= t.m_block * pr.b_m + cta_row0 + 64 * (tid / 128);
+      if (idle) mainloop_idle<C>(pipeline, state, k_blocks, prm.wait);
+      mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, idle ? 0 : k_blocks, prm.wait);
+    } else {
+      // No skip in fp8: its consumers run at the register limit, and every form of the test tried here (a branch
+      // around the mainloop, a loop beside it, a flag inside it) made ptxas spill 78-83 times in the kernel instead
+      // of 2-68, which cost 10-16% on the DeepSeek-V3-like layer at 4096-8192 tokens (docs/MOE.md).
       mainloop_fp8<C>(pipeline, state, mma, tCrA, tCrB, acc, tmp, fp8_scale_source(prm, t, cta_row0, r0), k_blocks, prm.wait);
+    }
     const long long ml_end = stats_clock();
 
     unsigned long long waited = 0;

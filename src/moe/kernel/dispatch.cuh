@@ -20,7 +20,7 @@ template <class C>
 __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedStorage<C>& smem, int dw) {
   const MoeProblem& pr = prm.problem;
   const SymmetricWindow& w = prm.window;
-  const int lane = threadIdx.x % 32, P = pr.P_ranks, EL = pr.E_local(), k = pr.top_k;
+  const int lane = threadIdx.x % 32, EL = pr.E_local(), k = pr.top_k;
   constexpr int kWarpRows = kDispatchUnitRows / C::kDispatchWarps;
   const int units_per_row = pr.b_m / kDispatchUnitRows;
   const int units = smem.first_row[EL] * units_per_row;
@@ -30,8 +30,7 @@ __device__ void dispatch_role(const MegaMoeParams<C>& prm, const MegaMoeSharedSt
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int p = u / units_per_row;
     const int e = rows.expert_of_row(p);
-    int rows_e = 0;
-    for (int s = 0; s < P; ++s) rows_e += smem.counts[s * EL + e];
+    const int rows_e = smem.expert_rows[e];
     const int r0 = (u % units_per_row) * kDispatchUnitRows + dw * kWarpRows;  // first row of this warp in the block
     RowSource src{};
     if (lane < kWarpRows) {

@@ -14,12 +14,27 @@
 
 namespace xstage::moe {
 
+// A warpgroup whose 64 rows of the tile are all padding (an expert's last m-block holds fewer rows than
+// the tile) computes nothing: it waits for each stage and releases it, so the pipeline's protocol is the
+// same as for a computing warpgroup. Its own loop, so the computing mainloops below keep no branch (they are
+// then called with no k-block).
+template <class C>
+__device__ __forceinline__ void mainloop_idle(typename C::Pipeline& pipeline, typename C::Pipeline::PipelineState& state, int k_blocks,
+                                              const comm::WaitContext& wait) {
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    comm::bounded_consumer_wait(pipeline, state, wait, static_cast<int>(MoeWait::pipeline_full));
+    pipeline.consumer_release(state);
+    ++state;
+  }
+}
+
 // One wgmma batch per k-block, one batch in flight while the next stage is awaited.
 template <class C, class Mma, class FragA, class FragB, class Acc>
 __device__ __forceinline__ void mainloop_bf16(typename C::Pipeline& pipeline, typename C::Pipeline::PipelineState& state,
                                               Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc, int k_blocks,
                                               const comm::WaitContext& wait) {
   using namespace cute;
+  if (k_blocks == 0) return;  // an idle warpgroup (mainloop_idle): nothing consumed, nothing to release
   typename C::Pipeline::PipelineState previous = state;
   for (int kb = 0; kb < k_blocks; ++kb) {
     comm::bounded_consumer_wait(pipeline, state, wait, static_cast<int>(MoeWait::pipeline_full));

@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) megamoe_kernel(CUTE_GRID_CONST
       std::int64_t rows = 0;
       for (int s = 0; s < P; ++s) rows += smem.counts[s * EL + e];
       const int rows_e = static_cast<int>(rows < (1 << 30) ? rows : (1 << 30)), blocks = m_blocks(rows_e, pr.b_m);
+      smem.expert_rows[e] = rows_e;
       acc += blocks;
       if (C::kClusterM == 2 && blocks > 0 && !MixedPairTiling::m_row(rows_e, blocks - 1)) smem.n_row_last[e / 32] |= 1u << (e % 32);
     }

@@ -40,9 +40,11 @@ struct MegaMoeSharedStorage {
   alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
+  int expert_rows[C::kMaxLocalExperts];     // (token, k) pairs routed to local expert e this call (sum over sources)
   std::uint32_t n_row_last[C::kMaxLocalExperts / 32];  // mixed pairs: bit e = expert e's last row is an N-row
   int routing_ok;                           // every source published this call, and its rows fit
   std::uint32_t epoch;                      // the call this launch runs (comm/device/call_epoch.cuh)
+
 };
 
 #if defined(__CUDACC__)

@@ -79,6 +79,7 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
 #pragma unroll
     for (int i = 0; i < kGroups; ++i) {
       const int b = sw + C::kStorerWarps * i;
+      if (__ballot_sync(0xffffffffu, dst[i] != 0ull) == 0u) continue;  // 32 padding rows (experts with few rows)
 #pragma unroll
       for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
         unsigned long long to[kBatch];

@@ -303,6 +303,21 @@ TEST(UlyssesLayout, PushCtasKeepTheWaveCount) {
         ASSERT_GT(fwd_tile_waves(tiles, sms - n - 1), fewest) << tiles << " tiles on " << sms << " SMs";
       }
     }
+  // The option: 0 (chosen per shape) or 1 to kMaxPushCtas SMs; anything else refused, naming it.
+  auto message = [](int push_ctas) {
+    UlyssesOptions o;
+    o.push_ctas = push_ctas;
+    try {
+      validate(o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(0), "");
+  EXPECT_EQ(message(kMaxPushCtas), "");
+  EXPECT_NE(message(-1).find("push_ctas is -1"), std::string::npos);
+  EXPECT_NE(message(kMaxPushCtas + 1).find("push_ctas is 17"), std::string::npos);
 }
 
 }  // namespace

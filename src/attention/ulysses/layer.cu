@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const UlyssesShape& s = p.order.shape;
   const InputChunks& c = p.order.chunks;
   const std::int64_t Ms = s.shard_rows(), M = s.seqlen;
-  const int width = c.row_pieces;                                        // 16-byte pieces of one row's slice
-  const std::int64_t src_row = static_cast<std::int64_t>(s.heads) * s.head_dim * 2 / 16;  // pieces between rows of an input
+  const int width = c.row_pieces;                     // 16-byte pieces of one row's slice
+  const int src_row = s.heads * s.head_dim * 2 / 16;  // pieces between rows of an input
   const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
   const PushWarps warps{static_cast<int>(gridDim.x * blockDim.x / 32)};
   const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -149,21 +149,23 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
     start = warps.next_start(start, n);
     if (first >= n) continue;
     const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
+    // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
     const std::int64_t first_row = c.first_row(it.source, it.chunk);
     const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + it.receiver * width;
-    const std::int64_t dst_base = (it.batch * M + first_row) * width;
-    uint4* const to = reinterpret_cast<uint4*>(p.inbox[it.receiver]);
+    const uint4* const src_of[3] = {reinterpret_cast<const uint4*>(p.q[it.source]) + src_base,
+                                    reinterpret_cast<const uint4*>(p.k[it.source]) + src_base,
+                                    reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
+    uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + (it.batch * M + first_row) * width;
     std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk));
     for (int u = first; u < n; u += warps.warps) {
       const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
-      const std::uint8_t* from = t == 0 ? p.q[it.source] : t == 1 ? p.k[it.source] : p.v[it.source];
-      const uint4* src = reinterpret_cast<const uint4*>(from) + src_base;
-      uint4* dst = to + t * tensor_stride + dst_base;
-      uint4 v[kPushUnroll] = {};
+      const uint4* const src = src_of[t];
+      uint4* const dst = dst0 + t * tensor_stride + x0;
+      uint4 v[kPushUnroll];
       int r = x0 / width, col = x0 - r * width;
 #pragma unroll
       for (int k = 0; k < kPushUnroll; ++k) {
-        if (x0 + 32 * k < pieces) v[k] = __ldcs(src + r * src_row + col);
+        if (x0 + 32 * k < pieces) v[k] = __ldcs(src + (r * src_row + col));
         walk.next(r, col);
       }
       if (pending != nullptr && pending != flag) {
@@ -171,7 +173,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
         pending_units = 0;
       }
 #pragma unroll
-      for (int k = 0; k < kPushUnroll; ++k) comm::st_global_v4_if(dst + x0 + 32 * k, v[k], x0 + 32 * k < pieces);
+      for (int k = 0; k < kPushUnroll; ++k) comm::st_global_v4_if(dst + 32 * k, v[k], x0 + 32 * k < pieces);
       pending = flag;
       ++pending_units;
     }

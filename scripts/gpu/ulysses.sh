@@ -18,6 +18,8 @@
 # results/h200x2/ulysses-predictions/README.md (fused_post; fused_both has none yet).
 # Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
 #   ULYSSES_QUICK=1  the sweeps at M = 8192, 16384, 32768 and d = 128 only
+#   ULYSSES_PUSH_CTAS="2 4 8"  also the 2-virtual-rank sweep at each of these pusher SM counts (--push-ctas; the
+#                    default sweeps use the layer's own choice), to bench_virtual2_push<N>.json
 # Writes $OUT/ulysses.log and $OUT/ulysses.tar.xz (the JSONs, sanitizer logs, table.md, fig11.png; virtual<P>/ for
 # the virtual-rank sweeps).
 #
@@ -86,6 +88,12 @@ for P in 2 4 8; do
   step "xstage attention ulysses bench --virtual-ranks $P ${VSWEEP[*]} (one GPU)"
   timed "bench virtual $P" -- timeout 600 env CUDA_VISIBLE_DEVICES=0 "$X" attention ulysses bench --virtual-ranks "$P" "${VSWEEP[@]}" \
     --out "$W/bench_virtual$P.json" || failures=$((failures+1))
+done
+
+for N in ${ULYSSES_PUSH_CTAS:-}; do
+  step "xstage attention ulysses bench --virtual-ranks 2 --push-ctas $N ${VSWEEP[*]} (one GPU)"
+  timed "bench virtual 2, push_ctas $N" -- timeout 600 env CUDA_VISIBLE_DEVICES=0 "$X" attention ulysses bench --virtual-ranks 2 \
+    --push-ctas "$N" "${VSWEEP[@]}" --out "$W/bench_virtual2_push$N.json" || failures=$((failures+1))
 done
 
 step "tables and figure"

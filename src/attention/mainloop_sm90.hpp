@@ -149,8 +149,8 @@ struct MainloopSm90 {
       if ((w.arrived >> i) & 1u) continue;
       const int index = in.chunks.flag(b, i), what = static_cast<int>(UlyssesWait::inputs);
       const std::uint32_t* flag = in.flags + index;
-      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target, what, index);
-      else comm::wait_counter<false>(in.wait, flag, in.target, what, index);
+      if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target(i), what, index);
+      else comm::wait_counter<false>(in.wait, flag, in.target(i), what, index);
       w.arrived |= std::uint64_t{1} << i;
       waited = true;
     }

@@ -398,8 +398,9 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
                                      (rt ? "" : "; virtual ranks: all P ranks' work in one process on one GPU, one after another")},
                         {"results", nlohmann::json::array()}};
   if (lead)
-    std::printf("%-22s %9s %9s %9s %9s %9s %8s %7s %8s %8s %8s | %9s %9s %9s %7s\n", "heads x M x d (/rank)", "T_FA", "T_A2A", "T_serial",
-                "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "pred_E", "pred_Ecc", "L_serial", "L_fpost", "L_fboth", "Lfb/FA");
+    std::printf("%-22s %9s %9s %9s %9s %9s %8s %7s %8s %8s %8s | %9s %9s %9s %7s %5s %9s\n", "heads x M x d (/rank)", "T_FA", "T_A2A",
+                "T_serial", "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "pred_E", "pred_Ecc", "L_serial", "L_fpost", "L_fboth",
+                "Lfb/FA", "push", "push_GB/s");
   bool warmed = false;
   for (int d : args.head_dims)
     for (int hpr : args.heads_per_rank)
@@ -452,6 +453,8 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         const int v_layer_serial = timer.add([&](cudaStream_t st) { layer->enqueue(views, UlyssesPath::serial, st); });
         const int v_layer_post = timer.add([&](cudaStream_t st) { fused.front()->enqueue(views, UlyssesPath::fused_post, st); });
         const int v_layer_both = timer.add([&](cudaStream_t st) { both->enqueue(views, UlyssesPath::fused_both, st); });
+        // The pusher alone (virtual ranks): its rate with every SM but its own idle, against its rate inside the layer.
+        const int v_push = rt ? -1 : timer.add([&](cudaStream_t st) { both->enqueue_push_alone(views, st); });
         const std::vector<std::vector<double>> trials = timer.run();
         for (auto& f : fused) f->poll();
         layer->poll();
@@ -465,6 +468,9 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         }
         const double t_layer_serial = median(trials[v_layer_serial]), t_layer_post = median(trials[v_layer_post]),
                      t_layer_both = median(trials[v_layer_both]), both_over_fa = median_ratio(trials[v_layer_both], trials[v_fa]);
+        const double t_push = v_push < 0 ? NAN : median(trials[v_push]);
+        // Every byte the pusher moves (its own rows too): 3 tensors of every held source's shard, to every receiver's inbox.
+        const double pushed_bytes = 3.0 * layer->held_ranks() * s.batch * s.shard_rows() * s.heads * d * 2;
         const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
         const double e_res = best_fused - t_fa, hiding = (t_serial - best_fused) / (t_serial - t_fa), speedup = t_serial / best_fused;
         // The audit with the compute side measured: σ from T_FA (ceil(tiles / CTAs) waves of ceil(M / b_n) KV tiles);
@@ -495,9 +501,9 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         char name[64];
         std::snprintf(name, sizeof name, "%d x %d x %d", hpr, M, d);
         if (lead)
-          std::printf("%-22s %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %6.1f%% %8.3f %8.1f %8.1f | %9.1f %9.1f %9.1f %7.3f\n", name, t_fa, t_a2a, t_serial,
-                      t_fused[0], t_fused[1], e_res, 100 * hiding, speedup, pred_e, pred_ecc, t_layer_serial, t_layer_post, t_layer_both,
-                      both_over_fa);
+          std::printf("%-22s %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %6.1f%% %8.3f %8.1f %8.1f | %9.1f %9.1f %9.1f %7.3f %5d %9.1f\n", name, t_fa, t_a2a,
+                      t_serial, t_fused[0], t_fused[1], e_res, 100 * hiding, speedup, pred_e, pred_ecc, t_layer_serial, t_layer_post,
+                      t_layer_both, both_over_fa, both->push_ctas(), pushed_bytes / (t_push * 1e3));
         doc["results"].push_back({{"heads_per_rank", hpr}, {"heads", s.heads}, {"seqlen", M}, {"head_dim", d}, {"batch", s.batch},
                                   {"T_FA_us", t_fa}, {"T_A2A_us", t_a2a}, {"T_serial_us", t_serial},
                                   {"T_fused_tma_us", t_fused[0]}, {"T_fused_st_global_us", t_fused[1]},
@@ -507,6 +513,9 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
                                   {"T_layer_serial_us", t_layer_serial}, {"T_layer_fused_post_us", t_layer_post},
                                   {"T_layer_fused_both_us", t_layer_both}, {"layer_fused_both_over_FA_median_of_trials", both_over_fa},
                                   {"input_chunks_per_source", both->input_chunks().per_source}, {"input_chunk_rows", both->input_chunks().rows},
+                                  {"push_ctas", both->push_ctas()}, {"pushed_bytes", pushed_bytes},
+                                  {"T_push_alone_us", v_push < 0 ? nlohmann::json(nullptr) : nlohmann::json(t_push)},
+                                  {"push_alone_GB_per_s", v_push < 0 ? nlohmann::json(nullptr) : nlohmann::json(pushed_bytes / (t_push * 1e3))},
                                   {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
                                   {"predicted", {{"E_res_us", pred_e}, {"E_drain_us", audit.points[0].E_drain_ns / 1e3},
                                                  {"E_tail_us", audit.points[0].E_tail_ns / 1e3}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},
@@ -564,8 +573,9 @@ void add_ulysses_command(CLI::App& attention) {
     add_integer(cmd, "--gpus", args->gpus, 1, 1024, "local GPUs (ranks) to use (default: all visible)");
     add_list(cmd, "--store-path", args->store_paths, "fused epilogue store paths: tma, st_global (default: both)");
     add_number(cmd, "--device-timeout-s", args->device_timeout_s, 1e-3, 86400, "bound of every device-side wait (default 10 s)");
-    add_integer(cmd, "--push-ctas", args->push_ctas, 1, 16,
-                "fused_both: SMs of the pusher (the attention kernel runs on the others; default " + std::to_string(args->push_ctas) + ")");
+    add_integer(cmd, "--push-ctas", args->push_ctas, 0, attention::kMaxPushCtas,
+                "fused_both: SMs of the pusher, the attention kernel runs on the others (default 0: the most that leave the "
+                "kernel's wave count at its least)");
     add_path(cmd, "--out", args->out, "write the results as JSON to this file");
     add_integer(cmd, "--virtual-ranks", args->virtual_ranks, 1, attention::kMaxUlyssesRanks,
                 "hold P ranks in this process on one GPU instead (1 to " + std::to_string(attention::kMaxUlyssesRanks) + ")");

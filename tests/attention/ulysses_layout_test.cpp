@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/tile_scheduler.hpp"
+#include "attention/ulysses/destinations.hpp"
 #include "attention/ulysses/layer.hpp"
 #include "attention/ulysses/layout.hpp"
 #include "common/error.hpp"
@@ -206,6 +207,117 @@ TEST(UlyssesLayout, PushOrderOwesEveryChunkOnceInNeededOrder) {
           EXPECT_EQ(remote_rows, static_cast<std::int64_t>(sources) * (P - 1) * B * Ms);  // the all-to-all: (P-1)/P of every shard
         }
       }
+}
+
+// The pusher's units: each tensor of a chunk cut into runs of kPushUnitPieces pieces that cover its rows of the
+// receiver's heads once; every unit of a call goes to exactly one warp (unit g to warp g mod W, PushWarps' counts
+// agree with that), and the warps' additions to each flag sum to the target the attention kernel waits for.
+TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
+  struct Case {
+    int B, Ms, heads_per_rank, d, P;
+  };
+  for (const Case k : {Case{1, 37, 1, 64, 2}, Case{3, 1000, 3, 64, 4}, Case{2, 4096, 4, 128, 2}, Case{1, 125, 5, 128, 8},
+                       Case{1, 8192, 12, 128, 2}})
+    for (int W : {1, 7, 32, 64, 96, 512}) {
+      const UlyssesShape s{k.B, k.Ms * k.P, k.heads_per_rank * k.P, k.d, k.P};
+      const InputChunks c = make_input_chunks(s);
+      ASSERT_EQ(c.row_pieces * 16, k.heads_per_rank * k.d * 2);
+      for (int ch = 0; ch < c.per_source; ++ch) {
+        const int pieces = c.rows_of(ch) * c.row_pieces;
+        ASSERT_GE(c.units_per_tensor(ch) * kPushUnitPieces, pieces) << "chunk " << ch;
+        ASSERT_LT((c.units_per_tensor(ch) - 1) * kPushUnitPieces, pieces) << "chunk " << ch;  // no empty unit
+      }
+      for (int source : {-1, k.P - 1}) {
+        const PushOrder order{s, c, source};
+        const PushWarps warps{W};
+        std::map<int, std::uint32_t> added;  // by receiver·flags + flag: what the warps add
+        std::int64_t g = 0;                   // the call's unit number, counted out in full
+        int start = 0;
+        for (int i = 0; i < order.items(); ++i) {
+          const PushItem it = order.item(i);
+          const int n = 3 * c.units_per_tensor(it.chunk);
+          ASSERT_EQ(start, static_cast<int>(g % W)) << "item " << i;
+          std::vector<int> by_warp(W, 0), first(W, -1);
+          for (int u = 0; u < n; ++u) {
+            const int w = static_cast<int>((g + u) % W);
+            if (by_warp[w]++ == 0) first[w] = u;
+          }
+          const int key = it.receiver * 100000 + c.flag(it.batch, c.in_batch(it.source, it.chunk));
+          for (int w = 0; w < W; ++w) {
+            ASSERT_EQ(warps.units_of(w, start, n), by_warp[w]) << "warp " << w << " of " << W << ", item " << i;
+            if (by_warp[w] > 0) {
+              ASSERT_EQ(warps.first_unit(w, start), first[w]) << "warp " << w << ", item " << i;
+            } else {
+              ASSERT_GE(warps.first_unit(w, start), n);
+            }
+            added[key] += static_cast<std::uint32_t>(warps.units_of(w, start, n));
+          }
+          g += n;
+          start = warps.next_start(start, n);
+        }
+        // Every flag a receiver's kernel waits on reaches exactly its target (InputArrivals::target).
+        InputArrivals in;
+        in.chunks = c;
+        const int senders = source < 0 ? k.P : 1;
+        EXPECT_EQ(static_cast<int>(added.size()), k.P * k.B * senders * c.per_source);
+        for (const auto& [key, value] : added) {
+          const int f = key % 100000, index_in_batch = f % c.per_batch();
+          EXPECT_EQ(value, in.target(index_in_batch)) << "flag " << f << " of receiver " << key / 100000;
+          EXPECT_EQ(value, c.arrival_target(c.owner_of_flag(f).chunk));
+        }
+      }
+    }
+}
+
+// A lane's stepped walk over a unit's pieces lands where dividing by the row width would.
+TEST(UlyssesLayout, PieceWalkStepsLikeDivision) {
+  for (int width = 8; width <= 5 * 128 * 2 / 16; width += 8) {
+    const PieceWalk walk(width);
+    for (int x0 = 0; x0 < 3 * width + 64; ++x0) {
+      int r = x0 / width, col = x0 % width;
+      for (int k = 1; k < 40; ++k) {
+        walk.next(r, col);
+        const int x = x0 + 32 * k;
+        ASSERT_EQ(r, x / width) << "width " << width << ", piece " << x;
+        ASSERT_EQ(col, x % width) << "width " << width << ", piece " << x;
+      }
+    }
+  }
+}
+
+// The pusher's SMs: the most (up to kMaxPushCtas) at the fewest waves of the attention kernel that any N >= 1 allows.
+TEST(UlyssesLayout, PushCtasKeepTheWaveCount) {
+  EXPECT_EQ(choose_push_ctas(512, 132), 4);    // 4 waves on 128 SMs, 5 on 127
+  EXPECT_EQ(choose_push_ctas(1536, 132), 4);   // 12 waves on 128, 13 on 127
+  EXPECT_EQ(choose_push_ctas(64, 132), kMaxPushCtas);
+  EXPECT_EQ(choose_push_ctas(264, 132), kMaxPushCtas);  // 2 waves only on all 132: any N costs one, then take the most
+  for (int sms : {4, 16, 78, 114, 132})
+    for (std::int64_t tiles = 1; tiles < 5000; tiles += 7) {
+      const int n = choose_push_ctas(tiles, sms);
+      ASSERT_GE(n, 1);
+      ASSERT_LE(n, std::min(kMaxPushCtas, sms - 1));
+      std::int64_t fewest = fwd_tile_waves(tiles, sms - 1);
+      for (int m = 1; m <= kMaxPushCtas && m < sms; ++m) fewest = std::min(fewest, fwd_tile_waves(tiles, sms - m));
+      ASSERT_EQ(fwd_tile_waves(tiles, sms - n), fewest) << tiles << " tiles on " << sms << " SMs";
+      if (n < kMaxPushCtas && n + 1 < sms) {
+        ASSERT_GT(fwd_tile_waves(tiles, sms - n - 1), fewest) << tiles << " tiles on " << sms << " SMs";
+      }
+    }
+  // The option: 0 (chosen per shape) or 1 to kMaxPushCtas SMs; anything else refused, naming it.
+  auto message = [](int push_ctas) {
+    UlyssesOptions o;
+    o.push_ctas = push_ctas;
+    try {
+      validate(o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(0), "");
+  EXPECT_EQ(message(kMaxPushCtas), "");
+  EXPECT_NE(message(-1).find("push_ctas is -1"), std::string::npos);
+  EXPECT_NE(message(kMaxPushCtas + 1).find("push_ctas is 17"), std::string::npos);
 }
 
 }  // namespace

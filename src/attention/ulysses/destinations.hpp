@@ -35,15 +35,17 @@ struct AllToAllDestinations {
 };
 
 // The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] counts
-// the pusher CTAs that have written their share of chunk i (the start of every call resets them); the chunk is there
-// at `target`. flags == nullptr: every input is there already (every other path).
+// the pusher's units of chunk i that have arrived (the start of every call resets them); the chunk is there at
+// target(i), InputChunks::arrival_target. flags == nullptr: every input is there already (every other path).
 struct InputArrivals {
   const std::uint32_t* flags = nullptr;  // [B][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;
   comm::WaitContext wait;
-  std::uint32_t target = 1;   // the pusher's CTAs
   int reserved_sms = 0;       // SMs the attention kernel leaves to the pusher: it runs on the others
   bool system_scope = false;  // written by peers (real ranks): acquire at system scope
+
+  // The value of the flag of chunk `index_in_batch` (InputChunks::in_batch) once it is there.
+  XSTAGE_HD constexpr std::uint32_t target(int index_in_batch) const { return chunks.arrival_target(index_in_batch % chunks.per_source); }
 };
 
 }  // namespace xstage::attention

@@ -88,12 +88,21 @@ __global__ void start_of_call_kernel(StartOfCall s) {
   }
 }
 
-// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items.
-// An item's rows (Q, K, V: rows of Hp·d·2 contiguous bytes at an input's row pitch) go in groups of whole rows, one
-// group per warp at a time, 16-byte loads and stores, kPushUnroll loads in flight per lane (remote stores through
-// LSA pointers with real ranks). After its share of an item every thread fences, and the CTA adds 1 to the item's
-// arrival flag: the chunk is there at G. (A TMA-bulk version, one thread per CTA with four 48 KB stages, measured
-// no faster on one H200: docs/ATTENTION.md.)
+// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items,
+// every item cut into units (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, the receiver's
+// Hp heads of each row, Hp·d·2 contiguous bytes at the input's row pitch) and the units shared by the warps (PushWarps:
+// unit g of the call to warp g mod W). A warp streams: per unit each lane issues kPushUnroll 16-byte loads, then, while
+// they are in flight, signals the item it finished before (if this unit starts a new one), then stores. No CTA-wide
+// barrier: a warp never waits for another, so the SM always has loads in flight, and the fence of a signal overlaps the
+// loads of the next unit (the fence waits for them too, which the stores would have done anyway).
+//
+// A signal: every lane fences (release at GPU scope, or system scope with real ranks, whose stores are remote), the
+// warp syncs, and lane 0 adds the warp's unit count of the item to its flag with a release. Why every lane fences:
+// lane 0's release alone covers the other lanes' stores only through cumulativity over bar.warp.sync (which the PTX
+// model gives, but which then carries the whole protocol); a fence executed by every lane orders each lane's own
+// stores before the flag directly, and costs the same (one warp-wide instruction). The fence.proxy.async before it
+// pairs with the kernel's after its acquire: the data is read by TMA loads. The flag reaches
+// InputChunks::arrival_target when every unit of the chunk has arrived, whichever warps moved them.
 struct Pusher {
   PushOrder order;
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
@@ -102,57 +111,74 @@ struct Pusher {
   std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d]
   std::uint32_t* flags[kMaxUlyssesRanks] = {};   // by receiver: its arrival flags (InputChunks::flag)
   std::int64_t head_sharded_bytes = 0;           // one of the three
+  bool system_scope = false;                     // real ranks: the stores and flags are a peer's
 };
 
 constexpr int kPushThreads = 1024;
-constexpr int kPushUnroll = 8;  // 16-byte loads in flight per thread: 128 KB per CTA
+constexpr int kPushUnroll = 8;  // 16-byte loads in flight per lane: 128 KB per CTA (the registers of 1024 threads allow 8)
+static_assert(32 * kPushUnroll == kPushUnitPieces, "a unit is one round of loads of one warp");
+
+__device__ __forceinline__ void push_signal(std::uint32_t* flag, std::uint32_t units, bool system_scope) {
+  comm::fence_proxy_async_global();
+  if (system_scope) comm::fence_acq_rel_sys();
+  else comm::fence_acq_rel_gpu();
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) {
+    if (system_scope) comm::red_release_sys_add(flag, units);
+    else comm::red_release_gpu_add(flag, units);
+  }
+}
 
 __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const UlyssesShape& s = p.order.shape;
   const InputChunks& c = p.order.chunks;
-  const std::int64_t Ms = s.shard_rows(), M = s.seqlen, H = s.heads, Hp = s.local_heads();
-  const int width = static_cast<int>(Hp * s.head_dim * 2 / 16);  // 16-byte pieces of one row's slice
-  const std::int64_t src_row = H * s.head_dim * 2 / 16;           // pieces between rows of an input
+  const std::int64_t Ms = s.shard_rows(), M = s.seqlen;
+  const int width = c.row_pieces;                     // 16-byte pieces of one row's slice
+  const int src_row = s.heads * s.head_dim * 2 / 16;  // pieces between rows of an input
   const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
-  const int warps = static_cast<int>(gridDim.x * blockDim.x / 32), warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  // A warp's group of rows holds at least 32·kPushUnroll pieces, so that every lane has kPushUnroll loads in flight.
-  const int group = (32 * kPushUnroll + width - 1) / width;
+  const PushWarps warps{static_cast<int>(gridDim.x * blockDim.x / 32)};
+  const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const PieceWalk walk(width);
+  std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
+  std::uint32_t pending_units = 0;
+  int start = 0;  // the first unit of item i, modulo the warps
   for (int i = 0; i < p.order.items(); ++i) {
     const PushItem it = p.order.item(i);
-    const int rows = c.rows_of(it.chunk);
-    const std::int64_t first = c.first_row(it.source, it.chunk);
-    const uint4* from[3] = {reinterpret_cast<const uint4*>(p.q[it.source]), reinterpret_cast<const uint4*>(p.k[it.source]),
-                            reinterpret_cast<const uint4*>(p.v[it.source])};
-    uint4* to = reinterpret_cast<uint4*>(p.inbox[it.receiver]);
-    const std::int64_t src_base = (it.batch * Ms + (first - it.source * Ms)) * src_row + it.receiver * width;
-    const std::int64_t dst_base = (it.batch * M + first) * width;
-    const int groups = (rows + group - 1) / group, units = 3 * groups;
-    for (int u = warp; u < units; u += warps) {
-      const int t = u / groups, r0 = (u - t * groups) * group;
-      const int pieces = min(group, rows - r0) * width;
-      const uint4* src = from[t] + src_base + r0 * src_row;
-      uint4* dst = to + t * tensor_stride + dst_base + static_cast<std::int64_t>(r0) * width;
-      for (int x0 = lane; x0 < pieces; x0 += 32 * kPushUnroll) {
-        uint4 v[kPushUnroll];
+    const int per_tensor = c.units_per_tensor(it.chunk), n = 3 * per_tensor;
+    const int first = warps.first_unit(warp, start);
+    start = warps.next_start(start, n);
+    if (first >= n) continue;
+    const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
+    // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
+    const std::int64_t first_row = c.first_row(it.source, it.chunk);
+    const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + it.receiver * width;
+    const uint4* const src_of[3] = {reinterpret_cast<const uint4*>(p.q[it.source]) + src_base,
+                                    reinterpret_cast<const uint4*>(p.k[it.source]) + src_base,
+                                    reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
+    uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + (it.batch * M + first_row) * width;
+    std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk));
+    for (int u = first; u < n; u += warps.warps) {
+      const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
+      const uint4* const src = src_of[t];
+      uint4* const dst = dst0 + t * tensor_stride + x0;
+      uint4 v[kPushUnroll];
+      int r = x0 / width, col = x0 - r * width;
 #pragma unroll
-        for (int k = 0; k < kPushUnroll; ++k) {
-          const int x = x0 + 32 * k, r = x / width;
-          if (x < pieces) v[k] = src[r * src_row + (x - r * width)];
-        }
-#pragma unroll
-        for (int k = 0; k < kPushUnroll; ++k) {
-          const int x = x0 + 32 * k;
-          if (x < pieces) dst[x] = v[k];
-        }
+      for (int k = 0; k < kPushUnroll; ++k) {
+        if (x0 + 32 * k < pieces) v[k] = __ldcs(src + (r * src_row + col));
+        walk.next(r, col);
       }
-    }
-    __threadfence_system();  // this thread's stores of the item, before the flag (at a peer, with real ranks)
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      comm::red_release_sys_add(p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk)), 1u);
+      if (pending != nullptr && pending != flag) {
+        push_signal(pending, pending_units, p.system_scope);
+        pending_units = 0;
+      }
+#pragma unroll
+      for (int k = 0; k < kPushUnroll; ++k) comm::st_global_v4_if(dst + 32 * k, v[k], x0 + 32 * k < pieces);
+      pending = flag;
+      ++pending_units;
     }
   }
+  if (pending != nullptr) push_signal(pending, pending_units, p.system_scope);
 }
 
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, const InputChunks& chunks) {
@@ -219,8 +245,9 @@ void validate(const UlyssesShape& s) {
 }
 
 void validate(const UlyssesOptions& o) {
-  XSTAGE_REQUIRE(o.push_ctas >= 1 && o.push_ctas <= 16, "Ulysses attention: push_ctas is " + std::to_string(o.push_ctas) +
-                                                            "; the pusher takes 1 to 16 SMs");
+  XSTAGE_REQUIRE(o.push_ctas >= 0 && o.push_ctas <= kMaxPushCtas,
+                 "Ulysses attention: push_ctas is " + std::to_string(o.push_ctas) + "; the pusher takes 1 to " +
+                     std::to_string(kMaxPushCtas) + " SMs (0: chosen per shape)");
   XSTAGE_REQUIRE(o.timeout_s > 0, "Ulysses attention: the device timeout must be > 0 s");
 }
 
@@ -316,8 +343,12 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     d_.wait = r->state.wait_context();
     d_.wait_for_arrivals = rt != nullptr;
   }
-  // fused_both's inboxes.
+  // fused_both's inboxes, and its pusher's SMs (the attention kernel's tiles as flash_fwd_all_to_all will cut them).
   chunks_ = make_input_chunks(shape_);
+  const int sms = current_device_facts().sm_count;
+  const int b_m = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, B * shape_.local_heads(), shape_.seqlen, sms)).block_m();
+  const std::int64_t tiles = B * shape_.local_heads() * ((shape_.seqlen + b_m - 1) / b_m);
+  push_ctas_ = opt_.push_ctas > 0 ? opt_.push_ctas : choose_push_ctas(tiles, sms);
   const std::int64_t flag_bytes = B * chunks_.per_batch() * 4, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;
   for (auto& r : ranks_) {
@@ -337,8 +368,7 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     r->inputs.flags = reinterpret_cast<const std::uint32_t*>(r->inbox + 3 * head_sharded);
     r->inputs.chunks = chunks_;
     r->inputs.wait = r->state.wait_context();
-    r->inputs.target = static_cast<std::uint32_t>(opt_.push_ctas);
-    r->inputs.reserved_sms = opt_.push_ctas;
+    r->inputs.reserved_sms = push_ctas_;
     r->inputs.system_scope = rt != nullptr;
   }
   side_ = std::make_unique<SideStream>();
@@ -473,7 +503,8 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cu
     p.flags[r] = reinterpret_cast<std::uint32_t*>(ranks_[0]->inbox_of[r] + flags_offset);
   }
   p.head_sharded_bytes = head_sharded_bytes(shape_);
-  launch_kernel(pusher_kernel, opt_.push_ctas, kPushThreads, 0, stream, p);
+  p.system_scope = rt_ != nullptr;
+  launch_kernel(pusher_kernel, push_ctas_, kPushThreads, 0, stream, p);
 }
 
 std::int64_t UlyssesAttention::pushed_remote_bytes() const {
@@ -487,10 +518,7 @@ std::int64_t UlyssesAttention::pushed_remote_bytes() const {
   return bytes;
 }
 
-void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
-  poll();
+void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
   StartOfCall start;
   start.held = static_cast<int>(ranks_.size());
   start.flags_per_rank = shape_.batch * chunks_.per_batch();
@@ -507,12 +535,30 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
     start.ranks.world = shape_.ranks;
   }
   launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, stream, start);
+}
+
+void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  poll();
+  enqueue_start_of_call(stream);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->fork, stream));
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork, 0));
   enqueue_pusher(views, side_->stream);
   enqueue_attention_fused_kernels(stream, true);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, side_->join, 0));
+}
+
+void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  // With real ranks the start barrier's epoch is the call count, which only the attention kernel advances: pushes
+  // alone would pass it unsynchronised.
+  XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the pusher alone runs with virtual ranks only");
+  poll();
+  enqueue_start_of_call(stream);
+  enqueue_pusher(views, stream);
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {

@@ -47,7 +47,8 @@ inline constexpr UlyssesPath kUlyssesPaths[] = {UlyssesPath::serial, UlyssesPath
 struct UlyssesOptions {
   A2AStorePath store_path = A2AStorePath::tma;  // the fused epilogue's
   double timeout_s = 10.0;                       // every device-side wait
-  int push_ctas = 2;                             // fused_both: the pusher's CTAs (SMs the attention kernel leaves it)
+  int push_ctas = 0;                             // fused_both: the pusher's CTAs (SMs the attention kernel leaves it);
+                                                 // 0: choose_push_ctas for the shape
 };
 
 // One rank's operands, views of caller memory: bf16 [B][M/P][H][d], densely packed.
@@ -60,7 +61,7 @@ struct UlyssesViews {
 
 // Throws InputError naming the problem: M and H must divide by P, head_dim 64 or 128, 1 <= P <= 8.
 void validate(const UlyssesShape& shape);
-// Throws InputError naming the option: push_ctas 1 to 16, timeout > 0.
+// Throws InputError naming the option: push_ctas 0 (chosen per shape) or 1 to kMaxPushCtas, timeout > 0.
 void validate(const UlyssesOptions& options);
 
 class UlyssesAttention {
@@ -91,10 +92,14 @@ class UlyssesAttention {
   // fused_both without the copy-out: the start of the call, the pusher on a side stream forked from and joined back
   // into `stream`, and the gated fused attention.
   void enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream);
+  // fused_both's start of the call and pusher alone, on `stream` (no attention kernel): the pusher's own rate. Virtual
+  // ranks only.
+  void enqueue_push_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream);
 
   // The input chunks of fused_both, and the bytes its pusher moves from the held ranks to other ranks per call (its
   // work list summed: the pre-attention all-to-all's volume).
   const InputChunks& input_chunks() const { return chunks_; }
+  int push_ctas() const { return push_ctas_; }  // the pusher's CTAs of this layer (UlyssesOptions::push_ctas, or chosen)
   std::int64_t pushed_remote_bytes() const;
 
   // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
@@ -107,6 +112,7 @@ class UlyssesAttention {
   struct SideStream;
   void allocate(comm::Runtime* rt);
   void enqueue_attention_fused_kernels(cudaStream_t stream, bool gated);
+  void enqueue_start_of_call(cudaStream_t stream);  // fused_both: flags reset, with real ranks a barrier
   void enqueue_pusher(const std::vector<UlyssesViews>& views, cudaStream_t stream);
   void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
                 cudaStream_t stream);
@@ -116,6 +122,7 @@ class UlyssesAttention {
   comm::Runtime* rt_ = nullptr;  // null: virtual ranks
   std::vector<std::unique_ptr<Rank>> ranks_;
   InputChunks chunks_;
+  int push_ctas_ = 1;
   std::unique_ptr<SideStream> side_;
 };
 

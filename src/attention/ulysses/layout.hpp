@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "attention/tile_shapes.hpp"
 #include "common/host_device.hpp"
 
 namespace xstage::attention {
@@ -60,14 +61,22 @@ XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSe
 // The inputs of the path that hides both all-to-alls (UlyssesPath::fused_both), as chunks: source rank j's Ms
 // rows of one batch are cut into `per_source` chunks of `rows` rows (its last one may be shorter). Chunk c of
 // source j covers the sequence rows [j·Ms + c·rows, min(j·Ms + (c+1)·rows, (j+1)·Ms)); its Q, K and V rows
-// arrive together and then its arrival flag, flags[flag(b, in_batch(j, c))], so the attention kernel waits per
-// chunk, not per tile. At most 64 chunks per batch: the kernel's producer keeps one bit per
-// chunk it has seen arrive.
+// arrive together, counted on its arrival flag, flags[flag(b, in_batch(j, c))], so the attention kernel waits per
+// chunk, not per tile. At most 64 chunks per batch: the kernel's producer keeps one bit per chunk it has seen arrive.
+//
+// The pusher moves a chunk in units: each of its three tensors (the chunk's rows of the receiver's Hp heads,
+// row_pieces 16-byte pieces a row, contiguous in the receiver's inbox) cut into runs of kPushUnitPieces pieces, the
+// last run of a tensor possibly shorter. Every unit adds 1 to the chunk's flag (its warp adds its units of the chunk at
+// once), so a chunk is there when its flag reaches arrival_target(c): the one number the pusher and the kernel's
+// waits share.
+inline constexpr int kPushUnitPieces = 256;  // one warp's 16-byte pieces per round: 32 lanes x 8 loads in flight
+
 struct InputChunks {
   int shard_rows = 1;  // Ms
   int ranks = 1;       // P
   int rows = 1;
   int per_source = 1;
+  int row_pieces = 1;  // 16-byte pieces of one row's Hp heads: Hp·d·2 / 16
 
   XSTAGE_HD constexpr int per_batch() const { return ranks * per_source; }
   // Chunk c of source j as an index within its batch, and that chunk's flag in batch b.
@@ -98,6 +107,9 @@ struct InputChunks {
     const int left = shard_rows - c * rows;
     return left < rows ? left : rows;
   }
+  // The pusher's units of one tensor of chunk c, and the value chunk c's flag reaches when all three have arrived.
+  XSTAGE_HD constexpr int units_per_tensor(int c) const { return (rows_of(c) * row_pieces + kPushUnitPieces - 1) / kPushUnitPieces; }
+  XSTAGE_HD constexpr std::uint32_t arrival_target(int c) const { return 3u * static_cast<std::uint32_t>(units_per_tensor(c)); }
 };
 
 inline constexpr int kMaxInputChunksPerBatch = 64;
@@ -110,7 +122,7 @@ XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int tar
   if (per_source > Ms) per_source = Ms;
   if (per_source < 1) per_source = 1;
   const int rows = (Ms + per_source - 1) / per_source;
-  return InputChunks{Ms, P, rows, (Ms + rows - 1) / rows};
+  return InputChunks{Ms, P, rows, (Ms + rows - 1) / rows, s.local_heads() * s.head_dim * 2 / 16};
 }
 
 // The pusher's work (fused_both): one item is one chunk of one source for one receiver, its Q, K and V rows.
@@ -140,6 +152,54 @@ struct PushOrder {
     }
     const int per_batch = chunks.per_source * shape.ranks, rest = i % per_batch;
     return {(source + 1 + rest % shape.ranks) % shape.ranks, i / per_batch, source, chunks.per_source - 1 - rest / shape.ranks};
+  }
+};
+
+// How the pusher's `warps` warps share the units: the units of every item, in PushOrder's order, numbered on from 0
+// (item i's first unit is number `start`, the units of the items before it), and unit g goes to warp g mod warps.
+// So all warps work on the same item or two at any moment (items arrive in order) and each gets an equal share
+// whatever the items' sizes. A warp walks the items keeping `start` modulo `warps` (the unit count of a call can
+// pass 2^31 at large B·M), and needs, per item of n units, its first one and how many it has.
+struct PushWarps {
+  int warps = 1;
+
+  // The index within an item (first unit number `start_mod`, in [0, warps)) of warp w's first unit (>= n: none).
+  XSTAGE_HD constexpr int first_unit(int w, int start_mod) const { return w >= start_mod ? w - start_mod : w - start_mod + warps; }
+  // Warp w's units of an item of n units.
+  XSTAGE_HD constexpr int units_of(int w, int start_mod, int n) const {
+    const int f = first_unit(w, start_mod);
+    return f < n ? (n - 1 - f) / warps + 1 : 0;
+  }
+  // The next item's start_mod after one of n units.
+  XSTAGE_HD constexpr int next_start(int start_mod, int n) const { return static_cast<int>((start_mod + static_cast<long long>(n)) % warps); }
+};
+
+// The pusher's CTAs (SMs), 1 to kMaxPushCtas, for an attention kernel of `tiles` tiles on the other SMs of `sms`: the
+// kernel's time is its wave count, ceil(tiles / (sms - N)), times a tile's time, so SMs that leave the wave count
+// where it is cost it nothing, and every one more moves the inputs sooner (the first wave's tiles each wait for all
+// of their head's keys and values). So: the most SMs with the fewest waves any N >= 1 allows.
+inline constexpr int kMaxPushCtas = 16;
+constexpr int choose_push_ctas(std::int64_t tiles, int sms) {
+  int best = 1;
+  for (int n = 2; n <= kMaxPushCtas && n < sms; ++n)
+    if (fwd_tile_waves(tiles, sms - n) <= fwd_tile_waves(tiles, sms - best)) best = n;
+  return best;
+}
+
+// A lane's walk over the pieces of a unit: piece x is (row x / width, column x mod width) of a tensor whose rows are
+// `width` pieces; the lane's next piece is 32 on. Stepping row and column saves a division per piece.
+struct PieceWalk {
+  int width = 1;
+  int row_step = 0, col_step = 0;  // 32 pieces: row_step rows and col_step columns
+
+  XSTAGE_HD constexpr explicit PieceWalk(int w) : width(w), row_step(32 / w), col_step(32 - (32 / w) * w) {}
+  XSTAGE_HD constexpr void next(int& row, int& col) const {
+    row += row_step;
+    col += col_step;
+    if (col >= width) {
+      col -= width;
+      ++row;
+    }
   }
 };
 

@@ -35,6 +35,9 @@ __device__ __forceinline__ void red_release_sys_add(std::uint32_t* p, std::uint3
 __device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// This thread's earlier memory operations, performed at GPU (system) scope before its later ones.
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 // A 16-byte store under a predicate, in one instruction: a plain `if` around stores in a fully unrolled loop
 // lets the compiler duplicate the whole loop for a loop-invariant condition.
 __device__ __forceinline__ void st_global_v4_if(void* p, uint4 v, bool pred) {

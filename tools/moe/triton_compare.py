@@ -4,7 +4,8 @@ scripts/gpu/moe_triton.sh (its folder or its moe_triton.tar.xz), which holds `tr
 (tools/moe/triton_moe.py --json) and `xstage-*.json` (`xstage moe bench --out`) of the same layers.
 
 One row per layer (tokens, dtype): the Triton layer's median time, its TFLOP/s and weight TB/s, then per xstage
-implementation its median time and Triton ms / xstage ms (> 1: xstage faster). With several rounds, each entry is
+schedule (`auto`, with what it chose, and the fixed ones by family, whatever their wave size or lead) its median time
+and Triton ms / xstage ms (> 1: xstage faster). With several rounds, each entry is
 the median over the rounds of the per-run medians (the rounds column says how many).
 
     python3 tools/moe/triton_compare.py RUN [--markdown OUT.md]
@@ -19,9 +20,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from common.results import Run  # noqa: E402
 
 
+def family(impl: str) -> str:
+    """The schedule an xstage implementation name stands for, whatever its parameters (wave size, lead, tile):
+    `auto` (the layer's own choice, whatever it chose), `pipelined waves`, `expert-wave`, `interleaved`, or the name."""
+    if impl.startswith("megamoe-auto"):
+        return "auto"
+    if impl.startswith("megamoe-expert-wave"):
+        return "pipelined waves" if " lag=" in impl else "expert-wave"
+    if impl.startswith("megamoe-interleaved"):
+        return "interleaved"
+    return impl
+
+
 def collect(run: Run):
-    """-> (triton {(config, tokens, dtype): [run records]}, xstage {(config, tokens, dtype): {impl: [median_ms]}})."""
-    triton, xstage = {}, {}
+    """-> (triton {(config, tokens, dtype): [run records]}, xstage {(config, tokens, dtype): {family: [median_ms]}},
+    choices {(config, tokens, dtype): {what auto chose}})."""
+    triton, xstage, choices = {}, {}, {}
     for name in run.matching("triton-*.json"):
         for r in run.json(name)["results"]:
             if "median_ms" in r:  # a layer that failed its check is not timed
@@ -32,15 +46,17 @@ def collect(run: Run):
             if r.get("routing") != "balanced":
                 continue
             key = (f"h{r['h']}-i{r['h_inter']}-e{r['E']}-k{r['k']}", r["tokens_per_rank"], r["dtype"])
-            xstage.setdefault(key, {}).setdefault(r["impl"], []).append(r["median_ms"])
-    return triton, xstage
+            xstage.setdefault(key, {}).setdefault(family(r["impl"]), []).append(r["median_ms"])
+            if family(r["impl"]) == "auto":
+                choices.setdefault(key, set()).add(r["impl"].split(": ", 1)[-1])
+    return triton, xstage, choices
 
 
-def table(triton, xstage) -> str:
+def table(triton, xstage, choices) -> str:
     impls = sorted({impl for per in xstage.values() for impl in per})
     head = ["layer", "tokens", "dtype", "rounds", "Triton blocks", "Triton ms", "Triton TFLOP/s", "Triton weights TB/s"]
     for impl in impls:
-        head += [f"{impl} ms", f"Triton / {impl}"]
+        head += [f"xstage {impl} ms", f"Triton / {impl}"] + (["auto's choice"] if impl == "auto" else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(set(triton) | set(xstage), key=lambda k: (k[0], k[2], k[1])):
         layer, tokens, dtype = key
@@ -57,6 +73,8 @@ def table(triton, xstage) -> str:
             ms = xstage.get(key, {}).get(impl)
             x_ms = statistics.median(ms) if ms else None
             row += [f"{x_ms:.3f}" if x_ms else "", f"{t_ms / x_ms:.2f}" if x_ms and t_ms else ""]
+            if impl == "auto":
+                row.append(", ".join(sorted(choices.get(key, ()))))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -67,14 +85,14 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", help="also write the table to this file")
     args = p.parse_args(argv)
     try:
-        triton, xstage = collect(Run(args.run))
+        triton, xstage, choices = collect(Run(args.run))
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {args.run}: {e}", file=sys.stderr)
         return 2
     if not triton and not xstage:
         print(f"error: {args.run} holds no triton-*.json or xstage-*.json results", file=sys.stderr)
         return 2
-    text = table(triton, xstage)
+    text = table(triton, xstage, choices)
     sys.stdout.write(text)
     if args.markdown:
         with open(args.markdown, "w") as f:

@@ -210,8 +210,9 @@ TEST(UlyssesLayout, PushOrderOwesEveryChunkOnceInNeededOrder) {
 }
 
 // The pusher's units: each tensor of a chunk cut into runs of kPushUnitPieces pieces that cover its rows of the
-// receiver's heads once; every unit of a call goes to exactly one warp (unit g to warp g mod W, PushWarps' counts
-// agree with that), and the warps' additions to each flag sum to the target the attention kernel waits for.
+// receiver's heads once; every unit of a call goes to exactly one warp (unit g to warp (g / kRun) mod W; PushWarps'
+// first unit, next unit and counts agree with that), and the warps' additions to each flag sum to the target the
+// attention kernel waits for.
 TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
   struct Case {
     int B, Ms, heads_per_rank, d, P;
@@ -236,12 +237,16 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
         for (int i = 0; i < order.items(); ++i) {
           const PushItem it = order.item(i);
           const int n = 3 * c.units_per_tensor(it.chunk);
-          ASSERT_EQ(start, static_cast<int>(g % W)) << "item " << i;
-          std::vector<int> by_warp(W, 0), first(W, -1);
+          ASSERT_EQ(start, static_cast<int>(g % warps.cycle())) << "item " << i;
+          std::vector<int> by_warp(W, 0), first(W, -1), last(W, -1);
           for (int u = 0; u < n; ++u) {
-            const int w = static_cast<int>((g + u) % W);
+            const int w = static_cast<int>((g + u) / PushWarps::kRun % W);
             if (by_warp[w]++ == 0) first[w] = u;
+            else ASSERT_EQ(warps.next_unit(last[w], start), u) << "warp " << w << " of " << W << ", item " << i;
+            last[w] = u;
           }
+          for (int w = 0; w < W; ++w)
+            if (last[w] >= 0) ASSERT_GE(warps.next_unit(last[w], start), n) << "warp " << w << " of " << W << ", item " << i;
           const int key = it.receiver * 100000 + c.flag(it.batch, c.in_batch(it.source, it.chunk));
           for (int w = 0; w < W; ++w) {
             ASSERT_EQ(warps.units_of(w, start, n), by_warp[w]) << "warp " << w << " of " << W << ", item " << i;

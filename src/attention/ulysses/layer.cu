@@ -91,10 +91,10 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 // fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items,
 // every item cut into units (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, the receiver's
 // Hp heads of each row, Hp·d·2 contiguous bytes at the input's row pitch) and the units shared by the warps (PushWarps:
-// unit g of the call to warp g mod W). A warp streams: per unit each lane issues kPushUnroll 16-byte loads, then, while
-// they are in flight, signals the item it finished before (if this unit starts a new one), then stores. No CTA-wide
-// barrier: a warp never waits for another, so the SM always has loads in flight, and the fence of a signal overlaps the
-// loads of the next unit (the fence waits for them too, which the stores would have done anyway).
+// runs of kRun consecutive units of the call, run j to warp j mod W). A warp streams: per unit each lane issues
+// kPushUnroll 16-byte loads, then signals the item it finished before (if this unit starts a new one), then stores. No
+// CTA-wide barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores in flight,
+// so it drains the warp: the runs make that once per kRun units rather than once per unit or two.
 //
 // A signal: every lane fences (release at GPU scope, or system scope with real ranks, whose stores are remote), the
 // warp syncs, and lane 0 adds the warp's unit count of the item to its flag with a release. Why every lane fences:
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   for (int i = 0; i < p.order.items(); ++i) {
     const PushItem it = p.order.item(i);
     const int per_tensor = c.units_per_tensor(it.chunk), n = 3 * per_tensor;
-    const int first = warps.first_unit(warp, start);
+    const int item_start = start, first = warps.first_unit(warp, item_start);
     start = warps.next_start(start, n);
     if (first >= n) continue;
     const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
                                     reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
     uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + (it.batch * M + first_row) * width;
     std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk));
-    for (int u = first; u < n; u += warps.warps) {
+    for (int u = first; u < n; u = warps.next_unit(u, item_start)) {
       const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
       const uint4* const src = src_of[t];
       uint4* const dst = dst0 + t * tensor_stride + x0;

@@ -114,8 +114,8 @@ struct Pusher {
   bool system_scope = false;                     // real ranks: the stores and flags are a peer's
 };
 
-// 512 threads: at 1024 (64 registers each) the loop spilled 72 bytes, and the pusher alone moved 9-28% less per SM
-// than at 512, where it barely spills (results/h200/attention/2026-12-01-fused-both-stream/threads512/).
+// 512 threads: at 1024 (64 registers each) the loop spilled (34 spill instructions against 4), and the pusher alone
+// moved 9-28% less per SM than at 512 (results/h200/attention/2026-12-01-fused-both-stream/threads512/).
 constexpr int kPushThreads = 512;
 constexpr int kPushUnroll = 8;  // 16-byte loads in flight per lane: 64 KB per CTA
 static_assert(32 * kPushUnroll == kPushUnitPieces, "a unit is one round of loads of one warp");

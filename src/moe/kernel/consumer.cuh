@@ -83,8 +83,9 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, idle ? 0 : k_blocks, prm.wait);
     } else {
       // No skip in fp8: its consumers run at the register limit, and every form of the test tried here (a branch
-      // around the mainloop, a loop beside it, a flag inside it) made ptxas spill 78-83 times in the kernel instead
-      // of 2-68, which cost 10-16% on the DeepSeek-V3-like layer at 4096-8192 tokens (docs/MOE.md).
+      // around the mainloop, a loop beside it, a flag inside it) made ptxas spill (80 spill instructions instead of 2
+      // in the interleaved kernel for the first), which cost 10-16% on the DeepSeek-V3-like layer at 4096-8192 tokens
+      // (docs/MOE.md).
       mainloop_fp8<C>(pipeline, state, mma, tCrA, tCrB, acc, tmp, fp8_scale_source(prm, t, cta_row0, r0), k_blocks, prm.wait);
     }
     const long long ml_end = stats_clock();

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (CUDA toolkit; on PATH):
+per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-state wgmma
+loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the attention
+kernel's key-block loop; the MoE consumers' k-block loop), and, for two functions (--diff), the opcodes by which
+their loops differ.
+
+    python3 tools/kernels/sass_stats.py build/xstage --kernel megamoe_kernel
+    python3 tools/kernels/sass_stats.py build/xstage --kernel flash_fwd_sm90_kernel --loops
+    python3 tools/kernels/sass_stats.py build/xstage --diff 'ILi64ELi128.*EpilogueStoreTma' 'ILi64ELi128.*EpilogueAllToAllTma'
+
+Function names are printed mangled (they name the template arguments exactly); --kernel and --diff take regular
+expressions on them.
+"""
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+
+INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+BRANCH = re.compile(r"\bBRA\s+(?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
+
+
+def functions(paths):
+    """-> {mangled name: [(address, instruction text)]} of every function in the files' SASS."""
+    if shutil.which("cuobjdump") is None:
+        sys.exit("error: cuobjdump is not on PATH (it comes with the CUDA toolkit)")
+    funcs = {}
+    for path in paths:
+        out = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"error: cuobjdump -sass {path}: {out.stderr.strip()}")
+        for part in re.split(r"\n\s*Function : ", out.stdout)[1:]:
+            name = part.split("\n", 1)[0].strip()
+            funcs[name] = [(int(a, 16), i.strip()) for a, i in INSN.findall(part)]
+    return funcs
+
+
+def opcode(insn):
+    words = insn.split()
+    return words[1] if words[0].startswith("@") else words[0]
+
+
+def spills(insns):
+    return sum(1 for _, i in insns if opcode(i).startswith(("STL", "LDL")))
+
+
+def wgmma_loop(insns):
+    """The body of the first backward branch whose body issues HGMMA (None: no such loop)."""
+    at = {a: k for k, (a, _) in enumerate(insns)}
+    for k, (a, i) in enumerate(insns):
+        m = BRANCH.search(i)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            body = [x for _, x in insns[at[int(m.group(1), 16)]:k + 1]]
+            if any(opcode(x).startswith("HGMMA") for x in body):
+                return body
+    return None
+
+
+def pick(funcs, pattern):
+    names = [n for n in funcs if re.search(pattern, n)]
+    if len(names) != 1:
+        sys.exit(f"error: '{pattern}' matches {len(names)} functions (it must match one)")
+    return names[0]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", help="executables, shared libraries or object files with sm_90a code")
+    p.add_argument("--kernel", default=".", help="regular expression on the mangled function names (default: all)")
+    p.add_argument("--loops", action="store_true", help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2")
+    p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
+    args = p.parse_args(argv)
+    funcs = functions(args.files)
+    if args.diff:
+        loops = []
+        for pattern in args.diff:
+            name = pick(funcs, pattern)
+            loop = wgmma_loop(funcs[name])
+            if loop is None:
+                sys.exit(f"error: {name} has no wgmma loop")
+            loops.append((name, collections.Counter(opcode(x) for x in loop), len(loop)))
+        (a, ca, na), (b, cb, nb) = loops
+        print(f"A {a}: {na} instructions\nB {b}: {nb} instructions\nopcode  A  B  B-A")
+        for op in sorted(set(ca) | set(cb)):
+            if ca[op] != cb[op]:
+                print(f"{op}  {ca[op]}  {cb[op]}  {cb[op] - ca[op]:+d}")
+        return 0
+    print("function  spill_instructions" + ("  loop_instructions  loop_HGMMA  loop_MUFU.EX2" if args.loops else ""))
+    for name in sorted(n for n in funcs if re.search(args.kernel, n)):
+        line = f"{name}  {spills(funcs[name])}"
+        if args.loops:
+            loop = wgmma_loop(funcs[name])
+            ops = collections.Counter(opcode(x) for x in loop or [])
+            line += f"  {len(loop or [])}  {sum(v for o, v in ops.items() if o.startswith('HGMMA'))}  {ops['MUFU.EX2']}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common import results  # noqa: E402
+from common.moe_names import schedule_of  # noqa: E402
 
 VARIANTS = ["expert-wave", "pipelined waves", "interleaved", "expert-wave m-pairs", "pipelined waves m-pairs",
             "interleaved m-pairs"]
@@ -34,7 +35,7 @@ def variant_of(impl, m_pairs):
     """The rule's variant name of a bench implementation string (N-pairs fold into 'interleaved')."""
     if impl.startswith("unfused"):
         return None
-    base = "interleaved" if "interleaved" in impl else "pipelined waves" if "lag=" in impl else "expert-wave"
+    base = {"wave": "expert-wave", "pipelined": "pipelined waves", "interleaved": "interleaved"}[schedule_of(impl)]
     return base + (" m-pairs" if m_pairs else "")
 
 

@@ -18,16 +18,9 @@ from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common import results  # noqa: E402
+from common.moe_names import schedule_of  # noqa: E402
 
 SCHEDULES = [("expert-wave", "wave"), ("pipelined", "pipelined"), ("interleaved", "interleaved")]
-
-
-def schedule_of(impl):
-    if impl.startswith("unfused"):
-        return "unfused"
-    if "lag=" in impl:
-        return "pipelined"
-    return "wave" if "expert-wave" in impl else "interleaved"
 
 
 def load(path, member="bench.json"):

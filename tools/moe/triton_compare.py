@@ -18,18 +18,12 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common.results import Run  # noqa: E402
+from common.moe_names import schedule_of  # noqa: E402
 
 
 def family(impl: str) -> str:
-    """The schedule an xstage implementation name stands for, whatever its parameters (wave size, lead, tile):
-    `auto` (the layer's own choice, whatever it chose), `pipelined waves`, `expert-wave`, `interleaved`, or the name."""
-    if impl.startswith("megamoe-auto"):
-        return "auto"
-    if impl.startswith("megamoe-expert-wave"):
-        return "pipelined waves" if " lag=" in impl else "expert-wave"
-    if impl.startswith("megamoe-interleaved"):
-        return "interleaved"
-    return impl
+    """`auto` (the layer's own choice, whatever it chose) or the fixed schedule (common/moe_names.py)."""
+    return "auto" if impl.startswith("megamoe-auto") else schedule_of(impl)
 
 
 def collect(run: Run):

@@ -44,7 +44,6 @@ struct MegaMoeSharedStorage {
   std::uint32_t n_row_last[C::kMaxLocalExperts / 32];  // mixed pairs: bit e = expert e's last row is an N-row
   int routing_ok;                           // every source published this call, and its rows fit
   std::uint32_t epoch;                      // the call this launch runs (comm/device/call_epoch.cuh)
-
 };
 
 #if defined(__CUDACC__)

@@ -2,7 +2,7 @@
 # The MegaMoE schedule chosen per layer (megamoe-auto) judged on configurations it was not tuned on, on a GPU
 # machine (expert parallelism over GPUS, default every visible GPU; one GPU is EP = 1):
 #   1. `xstage moe check --impl megamoe-auto`: the chosen configurations are correct (every check case);
-#   2. per grid file of MOE_SCHED_CONFIGS (default: configs/moe_heldout.json and configs/moe_grid.json), `xstage
+#   2. per grid file of MOE_SCHED_CONFIGS (default: both held-out lists and configs/moe_grid.json), `xstage
 #      moe bench` with every fused schedule and megamoe-auto, then the same with M-pairs (--cluster-m 2), one seed
 #      for both, into <grid name>/bench.json and bench-m-pairs.json: the six variants the rule chooses among, and
 #      what it chose, in the same run (tools/moe/auto_eval.py <that folder> <the committed plan> scores it);
@@ -11,7 +11,7 @@
 #      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and
 #      interleaved, and Fig. 9 / Fig. 10 / Table 2 from them (tools/moe/trace_figures.py; needs matplotlib).
 # Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
-#   MOE_SCHED_CONFIGS  the grid files (default: configs/moe_heldout.json configs/moe_grid.json; one at a time
+#   MOE_SCHED_CONFIGS  the grid files (default: configs/moe_heldout.json configs/moe_heldout2.json configs/moe_grid.json; one at a time
 #                      where a command's time is limited)
 #   MOE_SCHED_TRIALS   trials per configuration (default 20)
 #   XSTAGE_STATS_BUILD the build directory of the instrumented build (step 4; unset: no traces)
@@ -38,7 +38,7 @@ timed "check auto" -- timeout 300 "$X" moe check --gpus "$GPUS" --impl megamoe-a
 
 mkdir -p "$W/lead"
 SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
-for grid in ${MOE_SCHED_CONFIGS:-configs/moe_heldout.json configs/moe_grid.json}; do
+for grid in ${MOE_SCHED_CONFIGS:-configs/moe_heldout.json configs/moe_heldout2.json configs/moe_grid.json}; do
   name=$(basename "$grid" .json); mkdir -p "$W/$name"
   step "$grid: every fused schedule and megamoe-auto, seed $SEED"
   timed "bench $name" -- timeout 1200 "$X" moe bench --gpus "$GPUS" --config "$grid" --impl "$FUSED,megamoe-auto" \

@@ -5,7 +5,7 @@
 #
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
-#             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli
+#             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity and moe_storer run `xstage plan moe`)
 set -euo pipefail
@@ -109,6 +109,18 @@ PY
     run tools/attention/ulysses_report.py --bench $d/bench.json --torch $d/bench_torch.json --out "$tmp/ulysses"
     same_report "$tmp/ulysses/table.md" $d/table.md
     [ -s "$tmp/ulysses/fig11.png" ] || fail "no fig11.png" ;;
+  sass_stats)  # the wgmma loop and what runs between its two waits, on a made-up listing (no cuobjdump needed)
+    PYTHONPATH=tools/kernels "$py" -c '
+import sass_stats as s
+body = ["HGMMA.64x160x16.F32.BF16 R24, gdesc[UR20], RZ, !UPT, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+        "FMNMX R1, R2, R3, !PT", "MUFU.EX2 R4, R4", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "F2FP.BF16.F32.PACK_AB R6, R5, R4"]
+insns = [(0x10, "MOV R0, R1")] + [(0x20 + 0x10 * k, x) for k, x in enumerate(body)] + [(0x90, "@!P0 BRA 0x20")]
+loop = s.wgmma_loop(insns)
+assert loop == body + ["@!P0 BRA 0x20"], loop
+assert s.between_waits(loop) == (2, 1), s.between_waits(loop)
+assert s.between_waits(body[:3]) is None and s.between_waits(["MUFU.EX2 R4, R4"]) is None
+assert s.wgmma_loop([(0x10, "MUFU.EX2 R4, R4"), (0x20, "BRA 0x10")]) is None
+' || fail "sass_stats on a made-up listing" ;;
   torch_vs_cli)  # it writes into the folder it reads: a copy
     cp -r results/h200/python/2026-12-01-host-time/after/torch-vs-cli "$tmp/tvc"
     run tools/python/torch_vs_cli.py "$tmp/tvc"

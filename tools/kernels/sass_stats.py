@@ -2,8 +2,10 @@
 """What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (CUDA toolkit; on PATH):
 per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-state wgmma
 loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the attention
-kernel's key-block loop; the MoE consumers' k-block loop), and, for two functions (--diff), the opcodes by which
-their loops differ.
+kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that leaves one
+wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the next wait for none
+(`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma; and, for two functions (--diff),
+the opcodes by which their loops differ.
 
     python3 tools/kernels/sass_stats.py build/xstage --kernel megamoe_kernel
     python3 tools/kernels/sass_stats.py build/xstage --kernel flash_fwd_sm90_kernel --loops
@@ -59,6 +61,18 @@ def wgmma_loop(insns):
     return None
 
 
+def between_waits(loop):
+    """(instructions, MUFU.EX2) between the loop's first `DEPBAR.LE gsb0, 0x1` and the next `0x0` (None: no such pair)."""
+    ops = [opcode(x) for x in loop]
+    for k, x in enumerate(loop):
+        if ops[k] == "WARPGROUP.DEPBAR.LE" and x.rstrip().endswith("0x1"):
+            for j in range(k + 1, len(loop)):
+                if ops[j] == "WARPGROUP.DEPBAR.LE" and loop[j].rstrip().endswith("0x0"):
+                    return j - k - 1, ops[k + 1:j].count("MUFU.EX2")
+            return None
+    return None
+
+
 def pick(funcs, pattern):
     names = [n for n in funcs if re.search(pattern, n)]
     if len(names) != 1:
@@ -70,7 +84,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="executables, shared libraries or object files with sm_90a code")
     p.add_argument("--kernel", default=".", help="regular expression on the mangled function names (default: all)")
-    p.add_argument("--loops", action="store_true", help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2")
+    p.add_argument("--loops", action="store_true",
+                   help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2, and both between its two waits")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
     args = p.parse_args(argv)
     funcs = functions(args.files)
@@ -88,13 +103,16 @@ def main(argv=None):
             if ca[op] != cb[op]:
                 print(f"{op}  {ca[op]}  {cb[op]}  {cb[op] - ca[op]:+d}")
         return 0
-    print("function  spill_instructions" + ("  loop_instructions  loop_HGMMA  loop_MUFU.EX2" if args.loops else ""))
+    print("function  spill_instructions" + ("  loop_instructions  loop_HGMMA  loop_MUFU.EX2  between_waits_instructions"
+                                            "  between_waits_MUFU.EX2" if args.loops else ""))
     for name in sorted(n for n in funcs if re.search(args.kernel, n)):
         line = f"{name}  {spills(funcs[name])}"
         if args.loops:
             loop = wgmma_loop(funcs[name])
             ops = collections.Counter(opcode(x) for x in loop or [])
             line += f"  {len(loop or [])}  {sum(v for o, v in ops.items() if o.startswith('HGMMA'))}  {ops['MUFU.EX2']}"
+            between = between_waits(loop or [])
+            line += f"  {between[0]}  {between[1]}" if between else "  -  -"
         print(line)
     return 0
 

@@ -10,7 +10,8 @@
 #   MOE_AB_IMPL      bench --impl (default: the three fused schedules and the unfused baseline)
 #   MOE_AB_ROUNDS    rounds (default 2)
 #   MOE_AB_SEED      the input seed of every call (default: one fresh seed for the whole run)
-# Writes $OUT/moe_ab.log and $OUT/moe_ab.tar.xz (one bench JSON per round and variant: ab-r<round>-v<variant>.json).
+# Writes $OUT/moe_ab.log and $OUT/moe_ab.tar.xz (one bench JSON per round and variant: ab-r<round>-v<variant>.json;
+# tools/moe/ab_compare.py moe_ab.tar.xz --a "ab-r*-v0.json" --b "ab-r*-v1.json" compares two of them).
 #
 #   MOE_AB_VARIANTS="--cluster 1;--cluster 2" bash scripts/gpu/moe_ab.sh
 set -uo pipefail

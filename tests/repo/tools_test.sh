@@ -5,7 +5,8 @@
 #
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
-#             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats
+#             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
+#             moe_ab
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity and moe_storer run `xstage plan moe`)
 set -euo pipefail
@@ -109,6 +110,11 @@ PY
     run tools/attention/ulysses_report.py --bench $d/bench.json --torch $d/bench_torch.json --out "$tmp/ulysses"
     same_report "$tmp/ulysses/table.md" $d/table.md
     [ -s "$tmp/ulysses/fig11.png" ] || fail "no fig11.png" ;;
+  moe_ab)  # the A/B against the code before, again from its archive
+    ab=results/h200/moe/2026-12-01-vs-before
+    run tools/moe/ab_compare.py "$ab/ab.tar.xz" --a 'grid_before_*.json' --b 'grid_build_*.json' --out "$tmp/grid.md"
+    same_report "$tmp/grid.md" "$ab/grid.md"
+    has "$tmp/grid.md" "| auto | 60 |" ;;
   sass_stats)  # the wgmma loop and what runs between its two waits, on a made-up listing (no cuobjdump needed)
     PYTHONPATH=tools/kernels "$py" -c '
 import sass_stats as s

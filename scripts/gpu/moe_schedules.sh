@@ -5,7 +5,7 @@
 #   2. per grid file of MOE_SCHED_CONFIGS (default: both held-out lists and configs/moe_grid.json), `xstage
 #      moe bench` with every fused schedule and megamoe-auto, then the same with M-pairs (--cluster-m 2), one seed
 #      for both, into <grid name>/bench.json and bench-m-pairs.json: the six variants the rule chooses among, and
-#      what it chose, in the same run (tools/moe/auto_eval.py <that folder> <the committed plan> scores it);
+#      what it chose, in the same run (tools/moe/auto_eval.py <that folder> <the committed plan> scores it, or the archive with --folder <its name>);
 #   3. the interleaved schedule's lead D swept on the DeepSeek-V3-like layer (D_knee is the default);
 #   4. with an instrumented build (XSTAGE_STATS_BUILD, built with CMake -DXSTAGE_MOE_STATS=ON): the
 #      per-tile traces of the fine-grained held-out shape and the DeepSeek-V3-like layer under expert-wave and

@@ -204,8 +204,8 @@ TEST(MoeAudit, BadInput) {
 }
 
 // The pass model: the Mixtral-like experts' weights (235 MB of W1 each in bf16) stream once per wave under the
-// grouped expert-wave order, but once per row pass under the interleaved one; experts whose weights fit in L2
-// are read once whatever the order.
+// grouped expert-wave order, but once per row pass under the interleaved one on single CTAs (not on M-pairs);
+// experts whose weights fit in L2 are read once whatever the order.
 TEST(MoeChoice, PassModelReadsBigExpertsAgainOnlyWhenInterleaved) {
   const MoeProblem mix = layer(4096, 14336, 8, 2, 2048);
   const std::vector<int> rows = balanced_expert_rows(mix);
@@ -213,6 +213,7 @@ TEST(MoeChoice, PassModelReadsBigExpertsAgainOnlyWhenInterleaved) {
   const double l2 = ScheduleRule{}.l2_bytes;
   EXPECT_DOUBLE_EQ(hbm_weight_bytes(mix, rows, 132, ScheduleVariant{false, 0, 1, 1}, l2), weights);
   EXPECT_GT(hbm_weight_bytes(mix, rows, 132, ScheduleVariant{true, 0, 2, 1}, l2), 3.0 * weights);
+  EXPECT_DOUBLE_EQ(hbm_weight_bytes(mix, rows, 132, ScheduleVariant{true, 0, 1, 2}, l2), weights);
   const MoeProblem small = layer(2048, 768, 128, 8, 2048);
   const std::vector<int> r2 = balanced_expert_rows(small);
   EXPECT_DOUBLE_EQ(hbm_weight_bytes(small, r2, 132, ScheduleVariant{true, 0, 2, 1}, l2),
@@ -227,17 +228,22 @@ TEST(MoeChoice, PicksPerLayer) {
   const ScheduleChoice head = choose(layer(7168, 2048, 256, 8, 4096));
   EXPECT_EQ(head.schedule, MoeScheduleKind::expert_wave);  // bf16: the waves' boundaries cost less than interleaving's L2 load
   EXPECT_EQ(head.wave_lag, 0);
-  EXPECT_EQ(head.cluster_m, 1);  // 256 rows per expert: M-pairs would be a gamble on the routing
+  EXPECT_EQ(head.cluster_m, 2);  // 256 rows per expert fill a pair's rows
   EXPECT_EQ(head.rows_per_expert, 256);
   const ScheduleChoice head8 = choose(layer(7168, 2048, 256, 8, 4096, DType::fp8_e4m3));
-  EXPECT_EQ(head8.schedule, MoeScheduleKind::interleaved);
-  EXPECT_EQ(head8.cluster_n, 2);
-  EXPECT_EQ(head8.cluster_m, 1);
+  EXPECT_EQ(head8.schedule, MoeScheduleKind::interleaved);  // fp8: interleaving's mainloop is the cheaper one (0.970)
+  EXPECT_EQ(head8.cluster_n, 1);
+  EXPECT_EQ(head8.cluster_m, 2);
+  const ScheduleChoice small8 = choose(layer(7168, 2048, 256, 8, 2048, DType::fp8_e4m3));
+  EXPECT_EQ(small8.schedule, MoeScheduleKind::interleaved);
+  EXPECT_EQ(small8.cluster_n, 2);
+  EXPECT_EQ(small8.cluster_m, 1);  // 128 rows per expert: M-pairs would be a gamble on the routing
   const ScheduleChoice mixtral = choose(layer(4096, 14336, 8, 2, 8192));
-  EXPECT_EQ(mixtral.schedule, MoeScheduleKind::expert_wave);  // interleaving would stream each expert's W1 per row pass
+  EXPECT_EQ(mixtral.schedule, MoeScheduleKind::expert_wave);
+  EXPECT_EQ(mixtral.cluster_m, 2);
   const ScheduleChoice big = choose(layer(5120, 1536, 160, 8, 8192, DType::fp8_e4m3));
   EXPECT_EQ(big.schedule, MoeScheduleKind::interleaved);
-  for (const ScheduleChoice* c : {&head, &head8, &mixtral, &big}) {
+  for (const ScheduleChoice* c : {&head, &head8, &small8, &mixtral, &big}) {
     EXPECT_FALSE(c->reason.empty());
     EXPECT_GT(c->chosen.predicted_ns, 0.0);
     EXPECT_LE(c->chosen.predicted_ns, c->runner_up.predicted_ns);
@@ -248,7 +254,7 @@ TEST(MoeChoice, PicksPerLayer) {
   }
 }
 
-TEST(MoeChoice, MPairsOnlyWhenEveryExpertFillsTwoBlocks) {
+TEST(MoeChoice, MPairsOnlyWhenEveryExpertFillsAPair) {
   const ScheduleRule rule;
   for (int T : {1024, 2048, 4096, 8192}) {
     const MoeProblem pr = layer(7168, 2048, 256, 8, T);

@@ -25,7 +25,7 @@ TEST(PlanMoeLayer, TextHasEverySchedulesAuditTheClosedFormAndTheChoice) {
   EXPECT_CONTAINS(r.out, "Aligned closed form (K_act = K_SM = 132");
   EXPECT_CONTAINS(r.out, "verdict shrink the burst");  // the aligned 132 x 32 KiB overflows Q ...
   EXPECT_CONTAINS(r.out, "verdict piggyback");         // ... the predicted K_act does not (expert-wave)
-  EXPECT_CONTAINS(r.out, "choice    expert-wave  (schedule expert_wave, wave_lag 0, cluster_n 1, cluster_m 1)");
+  EXPECT_CONTAINS(r.out, "choice    expert-wave m-pairs  (schedule expert_wave, wave_lag 0, cluster_n 1, cluster_m 2)");
 }
 
 TEST(PlanMoeLayer, JsonPerScheduleAndChoice) {
@@ -45,7 +45,8 @@ TEST(PlanMoeLayer, JsonPerScheduleAndChoice) {
   }
   const auto& c = doc.at("choice");
   EXPECT_EQ(c.at("schedule"), "interleaved");
-  EXPECT_EQ(c.at("cluster_n"), 2);
+  EXPECT_EQ(c.at("cluster_n"), 1);
+  EXPECT_EQ(c.at("cluster_m"), 2);  // 256 rows per expert fill a pair's rows
   EXPECT_EQ(c.at("candidates").size(), 6u);
   EXPECT_FALSE(c.at("reason").get<std::string>().empty());
 }

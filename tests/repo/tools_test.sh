@@ -31,6 +31,7 @@ same_report() {
 has() { grep -q -- "$2" "$1" || fail "no '$2' in the output"; }
 
 moe=results/h200x2/moe
+retune=results/h200/moe/2026-12-01-retune
 case "$case_name" in
   compile)  # every tool and example at least compiles
     PYTHONPYCACHEPREFIX=$tmp/pycache "$py" -m py_compile $(find tools examples -name '*.py') ||
@@ -53,14 +54,16 @@ case "$case_name" in
     run tools/moe/fig8.py $moe/run44-final/moe.tar.xz --out "$tmp/fig8"
     [ -s "$tmp/fig8/fig8.png" ] || fail "no fig8.png"
     same_report "$tmp/fig8/fig8.md" $moe/fig8/fig8.md 3 ;;
-  moe_auto_eval)
+  moe_auto_eval)  # run44 (2 GPUs, its committed plan) and the one-GPU grid the rule is tuned on (its grid's folder)
     run tools/moe/auto_eval.py $moe/run44-final/moe.tar.xz $moe/predictions/grid-plan.json.xz --out "$tmp/auto"
     same_report "$tmp/auto/evaluation.md" $moe/auto-rule/evaluation.md 3
-    same_report "$tmp/auto/audit-vs-measured.md" $moe/auto-rule/audit-vs-measured.md ;;
-  moe_rule_sensitivity)  # `xstage plan moe` with one rule constant changed at a time, scored on run44
+    same_report "$tmp/auto/audit-vs-measured.md" $moe/auto-rule/audit-vs-measured.md
+    run tools/moe/auto_eval.py $retune $retune/auto-rule/grid-plan.json.xz --folder moe_grid --out "$tmp/retune"
+    same_report "$tmp/retune/evaluation.md" $retune/auto-rule/evaluation.md 3 ;;
+  moe_rule_sensitivity)  # `xstage plan moe` with one rule constant changed at a time, scored on the one-GPU grid
     xstage=${4:?moe_rule_sensitivity needs the xstage binary}
-    run tools/moe/rule_sensitivity.py "$xstage" configs/moe_grid.json $moe/run44-final/moe.tar.xz --out "$tmp/sensitivity.md"
-    same_report "$tmp/sensitivity.md" $moe/auto-rule/sensitivity.md 3 ;;
+    run tools/moe/rule_sensitivity.py "$xstage" configs/moe_grid.json $retune --folder moe_grid --ranks 1 --out "$tmp/sensitivity.md"
+    same_report "$tmp/sensitivity.md" $retune/auto-rule/sensitivity.md 3 ;;
   moe_predictions)
     run tools/moe/predictions.py $moe/predictions/heldout-plan.json.xz --out "$tmp/heldout.md"
     same_report "$tmp/heldout.md" $moe/predictions/heldout.md 3 ;;

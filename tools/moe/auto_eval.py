@@ -3,19 +3,22 @@
 predictions against the kernel's own counters.
 
 Usage:
-  tools/moe/auto_eval.py BENCH PLAN [--out DIR]
+  tools/moe/auto_eval.py BENCH PLAN [--folder NAME] [--out DIR]
 
-  BENCH  a run (its folder or its archive, moe.tar.xz or moe_schedules.tar.xz) holding bench.json and
-         bench-m-pairs.json (`xstage moe bench`, the second with --cluster-m 2)
-  PLAN   `xstage plan moe --grid <the grid> --choose --json` for the same grid (plain or .xz)
-  --out  write evaluation.md and audit-vs-measured.md there (default: print evaluation.md)
+  BENCH    a run (its folder or its archive, moe.tar.xz or moe_schedules.tar.xz) holding bench.json and
+           bench-m-pairs.json (`xstage moe bench`, the second with --cluster-m 2)
+  PLAN     `xstage plan moe --grid <the grid> --choose --json` for the same grid (plain or .xz)
+  --folder the folder inside the run that holds them (scripts/gpu/moe_schedules.sh writes one per grid:
+           moe_grid, moe_heldout, ...; default: the run's top)
+  --out    write evaluation.md and audit-vs-measured.md there (default: print evaluation.md)
 
 The rule decides before routing is known, so one choice per (shape, tokens, dtype) is scored on both routings.
 Per measured configuration: the measured time of the chosen variant against the best of the six variants the
 two benches measured (expert-wave, pipelined waves, interleaved — CTA pairs where the tiles pair up — on single
 CTAs / N-pairs, and the same three on M-pairs), ratio = best / chosen (1 = the rule found the best). Beside it
-the fixed choices (the kernel's default interleaved, expert-wave everywhere) and the best fixed choice per
-(shape, tokens, dtype) knowing the measurements (the most a routing-blind rule can reach on this grid).
+every fixed choice (each of the six everywhere; a fixed M-pairs choice runs its single-CTA twin where the kernel
+does not build M-pairs for the shape), the best of them, and the best fixed choice per (shape, tokens, dtype)
+knowing the measurements (the most a routing-blind rule can reach on this grid).
 """
 import argparse
 import json
@@ -31,25 +34,28 @@ VARIANTS = ["expert-wave", "pipelined waves", "interleaved", "expert-wave m-pair
             "interleaved m-pairs"]
 
 
-def variant_of(impl, m_pairs):
-    """The rule's variant name of a bench implementation string (N-pairs fold into 'interleaved')."""
+def variant_of(impl):
+    """The rule's variant name of a bench implementation string (N-pairs fold into 'interleaved'; `megamoe-auto`
+    is read as the variant it ran)."""
     if impl.startswith("unfused"):
         return None
     base = {"wave": "expert-wave", "pipelined": "pipelined waves", "interleaved": "interleaved"}[schedule_of(impl)]
-    return base + (" m-pairs" if m_pairs else "")
+    return base + (" m-pairs" if impl.endswith(" m-pairs") else "")
 
 
-def load_bench(path):
+def load_bench(path, folder=""):
     run = results.Run(path)
-    docs = {name: run.json(name) for name in ("bench.json", "bench-m-pairs.json")}
+    docs = {name: run.json(os.path.join(folder, name)) for name in ("bench.json", "bench-m-pairs.json")}
     if docs["bench.json"] is None:
-        sys.exit(f"{path}: no bench.json")
+        sys.exit(f"{path}: no {os.path.join(folder, 'bench.json')}")
     measured = {}  # config -> variant -> result
     for name, doc in docs.items():
         for r in (doc or {}).get("results", []):
             if r.get("median_ms") is None:
                 continue
-            v = variant_of(r["impl"], name == "bench-m-pairs.json")
+            # megamoe-auto runs one of the variants again (the choice of the rule the run was built with): the
+            # variants are scored on their own measurements.
+            v = None if r["impl"].startswith("megamoe-auto") else variant_of(r["impl"])
             if v:
                 measured.setdefault(r["config"], {})[v] = r
     return docs, measured
@@ -106,7 +112,8 @@ def evaluate(measured, plan):
             "config": config, "routing": routing, "chosen": chosen, "chosen_ms": t["median_ms"], "best": best_v, "best_ms": best,
             "ratio": best / t["median_ms"],
             "default_ratio": best / by["interleaved"]["median_ms"],
-            "wave_ratio": best / by["expert-wave"]["median_ms"],
+            "fixed_ratios": {v: best / by[fixed_variant(v, by)]["median_ms"] for v in VARIANTS},
+            "m_pairs_considered": m_pairs_considered(p),
             "oracle": oracle[key], "oracle_ratio": best / by[oracle[key]]["median_ms"],
             "twin_best": twin_best,
             "pred_chosen_ms": pred.get(chosen, float("nan")) / 1e6,
@@ -116,11 +123,16 @@ def evaluate(measured, plan):
     return rows
 
 
-def why(r, m_pairs_min_rows=512):
+def fixed_variant(v, by):
+    """What a fixed choice of v runs on a configuration: v, or its single-CTA twin where M-pairs are not built."""
+    return v if v in by else v.replace(" m-pairs", "")
+
+
+def why(r):
     if r["ratio"] >= 0.98:
         return ""
-    if r["best"].endswith("m-pairs") and r["rows_per_expert"] < m_pairs_min_rows and not r["chosen"].endswith("m-pairs"):
-        return f"M-pairs left out ({r['rows_per_expert']} rows per expert < {m_pairs_min_rows}: routing unknown)"
+    if r["best"].endswith("m-pairs") and not r["m_pairs_considered"]:
+        return f"M-pairs left out (the row test: {r['rows_per_expert']} rows per expert, routing unknown)"
     if r["routing"] == "skewed" and r["twin_best"] == r["chosen"]:
         return "skewed routing: the choice is the balanced twin's best"
     if r["routing"] == "skewed":
@@ -131,9 +143,10 @@ def why(r, m_pairs_min_rows=512):
             f"({short(r['best'])}), measured {r['chosen_ms']:.2f} vs {r['best_ms']:.2f}")
 
 
-def skew_sensitivity(measured):
-    """What Zipf skew costs the waves against interleaved, and M-pairs waves against single-CTA waves: the
-    geometric mean over balanced/skewed pairs of (ratio skewed) / (ratio balanced). The rule's hedges are half."""
+def skew_sensitivity(measured, plan):
+    """What Zipf skew costs the waves against interleaved, and each M-pairs variant against its single-CTA twin where
+    the rule considers M-pairs: the geometric mean over balanced/skewed pairs of (ratio skewed) / (ratio balanced).
+    The rule's hedges are half of these."""
     waves, mpairs = [], []
     for config, by in measured.items():
         if "/balanced/" not in config:
@@ -143,10 +156,53 @@ def skew_sensitivity(measured):
             continue
         waves.append((sk["expert-wave"]["median_ms"] / sk["interleaved"]["median_ms"]) /
                      (by["expert-wave"]["median_ms"] / by["interleaved"]["median_ms"]))
-        if "expert-wave m-pairs" in by and "expert-wave m-pairs" in sk:
-            mpairs.append((sk["expert-wave m-pairs"]["median_ms"] / sk["expert-wave"]["median_ms"]) /
-                          (by["expert-wave m-pairs"]["median_ms"] / by["expert-wave"]["median_ms"]))
+        if not m_pairs_considered(plan[plan_key(config)[0]]):
+            continue
+        for v in VARIANTS[:3]:
+            m = v + " m-pairs"
+            if m in by and m in sk:
+                mpairs.append((sk[m]["median_ms"] / sk[v]["median_ms"]) / (by[m]["median_ms"] / by[v]["median_ms"]))
     return geomean(waves), len(waves), geomean(mpairs), len(mpairs)
+
+
+def m_pairs_considered(p):
+    return any(c["applies"] for c in p["choice"]["candidates"] if c["variant"]["cluster_m"] == 2)
+
+
+def mainloop_factors(measured, plan):
+    """The rule's mainloop factors as measured: per balanced configuration (measured / lockstep) of a variant over the
+    same for its reference, geomean over the configurations; interleaved and pipelined waves against expert-wave on
+    single CTAs where the pass model predicts the same HBM bytes for both, M-pairs against each single-CTA twin where
+    the rule considers M-pairs. -> {name: (factor, count)}"""
+    xs = {}
+    for config, by in measured.items():
+        if "/balanced/" not in config:
+            continue
+        key, _ = plan_key(config)
+        cand = {rule_name({"name": c["variant"]["name"]}): c for c in plan[key]["choice"]["candidates"] if c["applies"]}
+        dtype = config.rsplit("/", 1)[1]
+
+        def rel(v, ref):
+            return (by[v]["median_ms"] / cand[v]["lockstep_ns"]) / (by[ref]["median_ms"] / cand[ref]["lockstep_ns"])
+        for v, name in (("interleaved", f"interleaved {dtype}"), ("pipelined waves", "pipelined waves")):
+            if cand[v]["hbm_weight_bytes"] == cand["expert-wave"]["hbm_weight_bytes"]:
+                xs.setdefault(name, []).append(rel(v, "expert-wave"))
+        for v in VARIANTS[:3]:
+            if v + " m-pairs" in cand and v + " m-pairs" in by:
+                xs.setdefault("M-pairs", []).append(rel(v + " m-pairs", v))
+    return {k: (geomean(v), len(v)) for k, v in xs.items()}
+
+
+def auto_spread(docs, measured):
+    """megamoe-auto's time against the same variant measured on its own in the run (run-to-run spread)."""
+    ratios = []
+    for name, doc in docs.items():
+        for r in (doc or {}).get("results", []):
+            if r["impl"].startswith("megamoe-auto") and r.get("median_ms") is not None:
+                twin = measured.get(r["config"], {}).get(variant_of(r["impl"]))
+                if twin:
+                    ratios.append(r["median_ms"] / twin["median_ms"])
+    return ratios
 
 
 def summary_line(name, ratios):
@@ -154,17 +210,21 @@ def summary_line(name, ratios):
             f"{sum(r >= 0.98 for r in ratios)} / {len(ratios)} | {sum(r >= 0.95 for r in ratios)} / {len(ratios)} |")
 
 
-def evaluation_md(rows, measured, bench_path, plan_path):
+def evaluation_md(rows, measured, plan, docs, args):
     out = ["# The schedule rule against the measured grid", "",
-           f"`tools/moe/auto_eval.py {bench_path} {plan_path}`", "",
+           f"`tools/moe/auto_eval.py {args}`", "",
            "ratio = best measured of the six variants / measured time of the variant chosen (1.000: the rule found the best).",
            "The rule chooses before routing is known (balanced load), so both routings of a shape get the same choice.", "",
            "| choice | geomean | median | min | >= 0.98 | >= 0.95 |", "|---|---:|---:|---:|---:|---:|",
-           summary_line("the rule (moe::choose_schedule)", [r["ratio"] for r in rows]),
-           summary_line("fixed: interleaved (the kernel's default)", [r["default_ratio"] for r in rows]),
-           summary_line("fixed: expert-wave", [r["wave_ratio"] for r in rows]),
-           summary_line("best fixed choice per (shape, tokens, dtype), knowing the measurements", [r["oracle_ratio"] for r in rows]),
-           "", "| config | rows/expert | chosen | ms | best | ms | ratio | interleaved ratio | why it misses 0.98 |",
+           summary_line("the rule (moe::choose_schedule)", [r["ratio"] for r in rows])]
+    fixed = {v: [r["fixed_ratios"][v] for r in rows] for v in VARIANTS}
+    for v in VARIANTS:
+        out.append(summary_line(f"fixed: {v}" + (" (the kernel's default)" if v == "interleaved" else ""), fixed[v]))
+    best_fixed = max(VARIANTS, key=lambda v: geomean(fixed[v]))
+    out += [summary_line("best fixed choice per (shape, tokens, dtype), knowing the measurements", [r["oracle_ratio"] for r in rows]),
+            "", f"The best single fixed schedule: {best_fixed} (geomean {geomean(fixed[best_fixed]):.3f}). A fixed M-pairs choice "
+            "runs its single-CTA twin where the kernel does not build M-pairs for the shape.",
+            "", "| config | rows/expert | chosen | ms | best | ms | ratio | interleaved ratio | why it misses 0.98 |",
            "|---|---:|---|---:|---|---:|---:|---:|---|"]
     for r in rows:
         out.append(f"| {r['config']} | {r['rows_per_expert']} | {short(r['chosen'])} | {r['chosen_ms']:.2f} | {short(r['best'])} | "
@@ -175,10 +235,17 @@ def evaluation_md(rows, measured, bench_path, plan_path):
         k = why(r).split(" (")[0].split(":")[0]
         kinds[k] = kinds.get(k, 0) + 1
     out += ["", f"Below 0.98: {len(misses)} of {len(rows)}: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda x: -x[1])) + "."]
-    w, nw, m, nm = skew_sensitivity(measured)
+    w, nw, m, nm = skew_sensitivity(measured, plan)
     out += ["", "Routing skew (Zipf 1.2) against balanced, geomean over the grid's balanced/skewed pairs (the rule's hedges are half of these):",
             f"- expert-wave / interleaved: {w:.3f} over {nw} pairs",
-            f"- M-pairs waves / single-CTA waves: {m:.3f} over {nm} pairs"]
+            f"- each M-pairs variant / its single-CTA twin, where the rule considers M-pairs: {m:.3f} over {nm} pairs"]
+    f = mainloop_factors(measured, plan)
+    out += ["", "Mainloop factors as measured (balanced; (measured / the plan's lockstep) over the same for the reference, geomean):"]
+    out += [f"- {k}: {x:.3f} over {n}" for k, (x, n) in sorted(f.items())]
+    spread = auto_spread(docs, measured)
+    if spread:
+        out += ["", f"megamoe-auto against the same variant measured on its own in this run (run-to-run spread): geomean "
+                f"{geomean(spread):.3f}, {min(spread):.3f}-{max(spread):.3f} over {len(spread)}"]
     return "\n".join(out) + "\n"
 
 
@@ -239,12 +306,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bench")
     ap.add_argument("plan")
+    ap.add_argument("--folder", default="")
     ap.add_argument("--out")
     a = ap.parse_args()
-    _, measured = load_bench(a.bench)
+    docs, measured = load_bench(a.bench, a.folder)
     plan = load_plan(a.plan)
     rows = evaluate(measured, plan)
-    ev = evaluation_md(rows, measured, a.bench, a.plan)
+    ev = evaluation_md(rows, measured, plan, docs, a.bench + (f" {a.plan} --folder {a.folder}" if a.folder else f" {a.plan}"))
     if not a.out:
         print(ev)
         return

@@ -89,7 +89,7 @@ def main():
     for path in results.matching(a.trace_dir, "*.json"):
         doc = results.load_json(path)
         impl, config = doc.get("impl", ""), doc.get("config", "")
-        v = ev.variant_of(impl, "m-pairs" in impl)
+        v = ev.variant_of(impl)
         key, _ = ev.plan_key(config)
         p = plan.get(key)
         s = None

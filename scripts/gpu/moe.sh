@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MoE layer on a GPU machine (expert parallelism over GPUS, default every visible GPU; one GPU is EP = 1):
 #   1. the fused layer's GPU tests (the call protocol: many calls in a row, a missing peer, a capacity overflow,
-#      bad router ids) and the device fp8 quantizers against the host ones;
+#      bad router ids), the device fp8 quantizers against the host ones, and the bench's HBM reference read (it
+#      reads exactly the bytes it is given);
 #   2. `xstage moe check` (all cases, bf16 and fp8 W8A8, every implementation: the unfused baseline and each fused
 #      schedule), then the fused kernel on one CTA per tile, on CTA pairs (three more fresh seeds), on M-pairs,
 #      and with 128x256 tiles on h = 384;
@@ -33,7 +34,7 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.l
 date -u
 ldd "$X" | grep -E "cublas|nccl" || true
 
-step "GPU tests: the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow), fp8 quantizers"
+step "GPU tests: the fused layer's call protocol (30 calls in a row, a missing peer, a capacity overflow), fp8 quantizers, the HBM reference read"
 timed "moe gpu tests" -- "$TESTS" || failures=$((failures+1))
 
 step "xstage moe check (all cases, every implementation)"

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cctype>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -36,6 +37,7 @@
 #include "common/error.hpp"
 #include "common/run_info.hpp"
 #include "moe/harness/layer.hpp"
+#include "moe/harness/weight_stream.hpp"
 #include "moe/megamoe.hpp"
 #include "moe/plan.hpp"
 #include "moe/reference/reference.hpp"
@@ -88,6 +90,7 @@ struct MoeArgs {
   double warmup_ms = 1500;
   double trial_gap_ms = 0;  // bench: host sleep before each timed trial (0: back to back, the paper's protocol)
   std::string trace_dir;    // bench: the fused kernel's per-tile trace of each configuration's last trial (instrumented builds)
+  bool hbm_reference = false;  // bench: time a streaming read of each configuration's expert weights after its layers
 };
 
 bool matches(const std::string& name, const std::string& filter, const std::string& option) {
@@ -475,6 +478,74 @@ std::string bench_config_file(const MoeArgs& args) {
 // The configurations a bench runs: matching --filter, in a dtype of --dtype.
 bool selected(const BenchConfig& c, const MoeArgs& args) { return matches(c.name, args.filter, "--filter") && wanted(c.dtype, args); }
 
+// --hbm-reference: after a configuration's layers, a streaming read of the same expert weight buffers on each rank
+// (moe/harness/weight_stream.hpp), timed like the layer (warm-up, then trials of {barrier, event-timed read},
+// the median), as the bandwidth a layer bound by reading its weights once could reach on that GPU.
+struct HbmReference {
+  std::int64_t weight_bytes = 0;   // per rank: W1 + W2 + scales of its E_local experts (the same on every rank)
+  std::vector<double> read_GBps;   // per rank; NaN (JSON null) where the weights are under kHbmMinL2Multiple × L2
+  bool every_expert_has_rows = true;  // on every rank; else the layer need not read every weight it holds
+  // The layer's time is the slowest rank's, so its bound is the slowest rank's read; NaN if any rank's is.
+  double slowest_GBps() const {
+    double v = std::numeric_limits<double>::infinity();
+    for (const double g : read_GBps) {
+      if (std::isnan(g)) return g;
+      v = std::min(v, g);
+    }
+    return v;
+  }
+};
+
+// The reads keep the GPU busy this long before the first timed one (its clocks are up already, after the layers).
+constexpr int kHbmReadWarmupMs = 100;
+
+HbmReference measure_hbm_reference(comm::Runtime& rt, const moe::MoeProblem& pr, const moe::LayerInputs& in,
+                                   int empty_experts, int trials, cudaEvent_t start, cudaEvent_t stop) {
+  const int P = rt.world_size();
+  const cudaStream_t stream = rt.stream();
+  auto span = [](const DeviceBuffer& b) { return moe::DeviceSpan{b.get(), static_cast<std::int64_t>(b.bytes())}; };
+  const moe::StreamRead read({span(in.W1), span(in.W2), span(in.W1_scales), span(in.W2_scales)});
+  HbmReference ref;
+  ref.weight_bytes = moe::expert_weight_bytes(pr).total();
+  // Whether to time is decided on every rank from everyone's facts: the trials below hold barriers.
+  struct Facts {
+    std::int64_t bytes, l2_bytes;
+    int empty_experts;
+  } mine{read.bytes(), read.l2_bytes(), empty_experts};
+  const auto all_facts = rt.all_gather_bytes(&mine, sizeof(mine));
+  std::vector<Facts> facts(P);
+  std::memcpy(facts.data(), all_facts.data(), sizeof(Facts) * P);
+  bool from_hbm = true;
+  for (const Facts& f : facts) {
+    from_hbm = from_hbm && moe::read_streams_from_hbm(f.bytes, f.l2_bytes);
+    ref.every_expert_has_rows = ref.every_expert_has_rows && f.empty_experts == 0;
+  }
+  double GBps = std::numeric_limits<double>::quiet_NaN();
+  if (from_hbm) {
+    auto launch = [&] { read.enqueue(stream); };
+    warm_up(launch, kHbmReadWarmupMs, stream);
+    std::vector<double> ms(trials);
+    for (int t = 0; t < trials; ++t) {
+      rt.barrier();
+      XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
+      launch();
+      XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
+      XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+      float elapsed_ms = 0;
+      XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+      ms[t] = elapsed_ms;
+    }
+    GBps = static_cast<double>(read.bytes()) / (median(ms) * 1e-3) / 1e9;
+  }
+  const auto all_GBps = rt.all_gather_bytes(&GBps, sizeof(GBps));
+  ref.read_GBps.resize(P);
+  std::memcpy(ref.read_GBps.data(), all_GBps.data(), sizeof(double) * P);
+  return ref;
+}
+
+// A double for JSON: NaN (not measured, not meaningful) as null.
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
 int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   const bool lead = rt.rank() == 0;
   const int P = rt.world_size();
@@ -497,6 +568,13 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                          (args.trial_gap_ms > 0 ? "idle " + std::to_string(args.trial_gap_ms) + " ms, " : "") +
                                          "barrier, event-timed forward}; per trial the max over ranks; median of the maxima"},
                         {"trial_gap_ms", args.trial_gap_ms}};
+  if (args.hbm_reference)
+    doc["hbm_reference"] =
+        "per configuration, after its implementations: per rank a read of its expert weight buffers (W1, W2, fp8 "
+        "scales), 16-B loads, one launch filling the GPU; " + std::to_string(kHbmReadWarmupMs) + " ms of reads, then " +
+        std::to_string(args.trials) + " trials of {barrier, event-timed read}, median; hbm_read_GBps = the slowest "
+        "rank's; null where the weights are under " + std::to_string(moe::kHbmMinL2Multiple) + "x the L2 size; "
+        "weight_stream_fraction = weight_bytes / median_ms / hbm_read_GBps, null also where a local expert gets no rows";
   if (lead) {
     std::printf("xstage moe bench: %d ranks, %zu configuration(s), seed %llu\n", P, grid.size(),
                 static_cast<unsigned long long>(seed));
@@ -513,6 +591,13 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
     const moe::LayerData data = make_data(pr, seed + 7919ull * (ci + 1), c.zipf_s);  // fresh inputs per config
     const moe::LayerInputs in = moe::make_layer_inputs(pr, rt.rank(), data, stream);
     const OwnerLoad load = owner_load(pr, data, rt.rank());
+    bool fused_ran = false;  // on every rank alike (an implementation is skipped on all ranks or none)
+    struct FusedResult {
+      std::size_t index;  // into doc["results"]
+      std::string impl;
+      double median_ms;
+    };
+    std::vector<FusedResult> fused_results;  // rank 0's
     for (const std::string& impl : impl_list(args.impl)) {
       std::unique_ptr<moe::MoeLayerImpl> layer;
       try {
@@ -522,6 +607,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         continue;
       }
       const auto* fused = dynamic_cast<const moe::FusedMoeLayer*>(layer.get());
+      fused_ran = fused_ran || fused;
       const std::string schedule_reason = fused ? fused->plan().reason : "";
       if (lead && impl == "megamoe-auto") std::printf("    %s, because %s\n", layer->name().c_str(), schedule_reason.c_str());
       moe::LayerOutput out = moe::make_layer_output(pr);
@@ -619,6 +705,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                                 {"rows_received_min", rows_min}, {"rows_received_max", rows_max},
                                 {"sm_clock_mhz_after", clocks}, {"kernel_stats_rank0_last_trial", kernel},
                                 {"host_enqueue_us_median_rank0", median(enqueue_us)}});
+      if (fused) fused_results.push_back({doc["results"].size() - 1, layer->name(), med});
       if (!kernel.is_null())
         std::printf("    rank 0 kernel: consumer busy %.0f us/CTA (%%globaltimer: %.0f), of it staging wait %.2f%%; producer waits %.0f us/CTA; "
                     "storer drain %.0f us/CTA; tail %.0f us/CTA; K_act mean %.1f max %llu of %d CTAs; "
@@ -631,6 +718,36 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                     kernel["head_us"].get<double>(), kernel["tiles_us"].get<double>(), kernel["tail_us"].get<double>(),
                     kernel["cta_finish_spread_us"].get<double>(), median(enqueue_us));
       if (!args.out.empty()) write_json_file(args.out, doc);  // after every configuration: a cut-off run keeps its results
+    }
+    if (args.hbm_reference && fused_ran) {
+      const HbmReference ref = measure_hbm_reference(rt, pr, in, load.empty_experts, args.trials, start, stop);
+      if (!lead) continue;
+      const double GBps = ref.slowest_GBps();
+      char line[512];
+      if (std::isnan(GBps))
+        std::snprintf(line, sizeof line, "    HBM reference: %.3f GB of expert weights per rank, under %lldx the L2 size: not measured",
+                      ref.weight_bytes / 1e9, static_cast<long long>(moe::kHbmMinL2Multiple));
+      else
+        std::snprintf(line, sizeof line, "    HBM reference: %.3f GB of expert weights per rank, read at %.0f GB/s (slowest rank)%s",
+                      ref.weight_bytes / 1e9, GBps, ref.every_expert_has_rows ? "" : "; a local expert gets no rows: no fraction");
+      std::string text = line;
+      for (const FusedResult& f : fused_results) {
+        const double weight_GBps = static_cast<double>(ref.weight_bytes) / (f.median_ms * 1e-3) / 1e9;
+        const double fraction = ref.every_expert_has_rows ? weight_GBps / GBps : std::numeric_limits<double>::quiet_NaN();
+        nlohmann::json& r = doc["results"][f.index];
+        r["weight_bytes"] = ref.weight_bytes;
+        r["hbm_read_GBps"] = number_or_null(GBps);
+        r["hbm_read_GBps_per_rank"] = nlohmann::json::array();
+        for (const double g : ref.read_GBps) r["hbm_read_GBps_per_rank"].push_back(number_or_null(g));
+        r["weight_stream_fraction"] = number_or_null(fraction);
+        if (!std::isnan(fraction)) {
+          std::snprintf(line, sizeof line, "; %s weights at %.0f GB/s = %.3f of it", f.impl.c_str(), weight_GBps, fraction);
+          text += line;
+        }
+      }
+      std::printf("%s\n", text.c_str());
+      std::fflush(stdout);
+      if (!args.out.empty()) write_json_file(args.out, doc);
     }
   }
   cudaEventDestroy(start);
@@ -739,6 +856,15 @@ void add_moe_command(CLI::App& app) {
              "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
              "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"
              "layer's time the power limit sets");
+  bench->add_flag("--hbm-reference", args->hbm_reference,
+                  "after each configuration's implementations, time a streaming read of the rank's expert weight\n"
+                  "buffers (W1, W2, fp8 scales; 16-B loads, read only, no compute): " + std::to_string(kHbmReadWarmupMs) +
+                      " ms of reads, then --trials\n"
+                      "barrier-aligned timed reads, the median. Adds to each fused result weight_bytes, hbm_read_GBps (the\n"
+                      "slowest rank's read) and weight_stream_fraction = weight_bytes / median time / hbm_read_GBps: how\n"
+                      "close the layer streams its weights to HBM speed, which bounds it with few rows per expert. Null\n"
+                      "where the weights are under " + std::to_string(moe::kHbmMinL2Multiple) +
+                      "x the L2 size (the L2 would serve the read)");
   add_path(bench, "--trace", args->trace_dir,
            "write the fused kernel's per-tile trace of each configuration's last trial to this folder (a build\n"
            "with the kernel's statistics: CMake -DXSTAGE_MOE_STATS=ON; tools/moe/trace_figures.py plots it)");

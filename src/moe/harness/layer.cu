@@ -1,4 +1,5 @@
 #include "moe/harness/layer.hpp"
+#include "moe/harness/weight_stream.hpp"
 
 #include <cuda_bf16.h>
 
@@ -87,9 +88,12 @@ LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& d
   in.topk_weights = DeviceBuffer(T * k * 4);
   launch_kernel(fill_tokens_kernel, fill_blocks(), kFillThreads, 0, stream, in.tokens_bf16.get<__nv_bfloat16>(), data.seed,
                                                               rank * T * h, T * h);
+  const ExpertWeightBytes wb = expert_weight_bytes(pr);
+  in.W1 = DeviceBuffer(wb.W1);
+  in.W2 = DeviceBuffer(wb.W2);
+  in.W1_scales = DeviceBuffer(wb.W1_scales);
+  in.W2_scales = DeviceBuffer(wb.W2_scales);
   if (pr.dtype == DType::bf16) {
-    in.W1 = DeviceBuffer(EL * 2 * I * h * 2);
-    in.W2 = DeviceBuffer(EL * h * I * 2);
     fill_weights(pr, rank, data.seed, in.W1, in.W2, stream);
   } else {
     // W8A8: the same bf16 weights, quantized 128×128. Each expert's W1 ([2·h_inter][h], stored order) and W2
@@ -97,10 +101,6 @@ LayerInputs make_layer_inputs(const MoeProblem& pr, int rank, const LayerData& d
     // quantize as one matrix: exactly the per-expert blocks reference_moe_layer quantizes.
     DeviceBuffer w1_bf16(EL * 2 * I * h * 2), w2_bf16(EL * h * I * 2);
     fill_weights(pr, rank, data.seed, w1_bf16, w2_bf16, stream);
-    in.W1 = DeviceBuffer(EL * 2 * I * h);
-    in.W2 = DeviceBuffer(EL * h * I);
-    in.W1_scales = DeviceBuffer(EL * (2 * I / fp8::kBlock) * round_up(h / fp8::kBlock, 4) * 4);
-    in.W2_scales = DeviceBuffer(EL * (h / fp8::kBlock) * round_up(I / fp8::kBlock, 4) * 4);
     quantize_weights_fp8(w1_bf16.get<__nv_bfloat16>(), static_cast<int>(EL * 2 * I), pr.h_hidden, in.W1.get<std::uint8_t>(),
                          in.W1_scales.get<float>(), stream);
     quantize_weights_fp8(w2_bf16.get<__nv_bfloat16>(), static_cast<int>(EL * h), pr.h_inter, in.W2.get<std::uint8_t>(),

@@ -34,8 +34,9 @@ TEST(StreamRead, ReadsExactlyTheSpans) {
   // 64 MiB + change: more than 4 loads per thread of every resident thread, so the unrolled loop, the remainder
   // loop and the byte tail all run. Every byte outside the spans is 0xFF, so reading one more vector or one more
   // tail byte moves the checksum.
-  constexpr std::int64_t kBig = (64ll << 20) + 5, kGap = 4096;
-  const std::int64_t spans_at[3] = {0, kBig + kGap, kBig + 2 * kGap};
+  // The spans start on 16-B boundaries (StreamRead requires it): the big one's 5-byte tail is followed by padding.
+  constexpr std::int64_t kBig = (64ll << 20) + 5, kBigPadded = (kBig + 15) / 16 * 16, kGap = 4096;
+  const std::int64_t spans_at[3] = {0, kBigPadded + kGap, kBigPadded + 2 * kGap};
   const std::int64_t spans_bytes[3] = {kBig, 16, 33};
   const std::int64_t total = spans_at[2] + spans_bytes[2] + kGap;
   std::vector<std::uint8_t> host(total, 0xFF);

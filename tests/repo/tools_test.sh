@@ -86,7 +86,11 @@ json.dump(doc, open(sys.argv[1], "w"))
 PY
     run tools/moe/trace_figures.py "$tmp/phases" --out "$tmp/phases-out"
     has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 0 | 1.00 / 1.00 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 5.00 / 5.00 | 1 |"
-    has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 1 | 0.50 / 0.50 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 4.50 / 4.50 | 1 |" ;;
+    has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 1 | 0.50 / 0.50 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 4.50 / 4.50 | 1 |"
+    has "$tmp/phases-out/tiles.md" "| x | expert-wave | 1000 | 0.00 | nan / nan | 0.9 / 0.10 | nan | 0 | 0.0 | 1 |"
+    # Where the consumers' time goes at few rows per expert, again from the committed traces.
+    run tools/moe/trace_figures.py results/h200/moe/2026-12-01-small-batch-trace/traces --out "$tmp/small"
+    same_report "$tmp/small/tiles.md" results/h200/moe/2026-12-01-small-batch-trace/tiles.md ;;
   moe_storer)  # the shipped platform file's storer section is the committed storer bench's; the audit against the phases
     d=results/h200/moe/2026-12-01-storer-phases/after
     run tools/moe/storer_model.py costs $d/storer_bench.json.xz

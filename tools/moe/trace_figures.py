@@ -10,6 +10,10 @@ CMake -DXSTAGE_MOE_STATS=ON) as the paper shows them:
                       tiles, the measured stall per L2 tile Δt (the consumer's wait for a free staging slot:
                       mean, median, p90, fraction of tiles that waited), beside the audit's prediction when
                       --predictions names a JSON of {config: {schedule: Δt_us}} (paper Table 2);
+  tiles.md / .json    per configuration and schedule, where each consumer's time goes: the CTA's span, the share of
+                      it in mainloops, the median mainloop and epilogue of L1 and L2 tiles, the median gap from one
+                      tile's epilogue end to the next tile's mainloop start and their sum per CTA, and when the
+                      first tile starts after the CTA does (medians over CTAs where per CTA);
   phases.md / .json   traces that stamp the storer's phases (drain columns `loaded`, `released`): per
                       configuration, schedule and storer warp, the median and p90 of each phase of T_RS:
                       RowSource loads, store issue (staged rows read and stored), fence (the staging-slot
@@ -32,7 +36,7 @@ from common import results  # noqa: E402
 
 def schedule_of(impl):
     name = impl.split()[0]
-    return name.replace("megamoe-", "")
+    return name.replace("megamoe-", "").rstrip(":")
 
 
 def per_cta(doc):
@@ -102,6 +106,48 @@ def summarize(doc):
     }
 
 
+def tile_walk(doc):
+    """Where the consumers' time goes (µs; medians over tiles, or over CTAs for the per-CTA sums)."""
+    spans, busy, gap_sums, firsts = [], [], [], []
+    ml = {1: [], 2: []}
+    epi = {1: [], 2: []}
+    gaps = []
+    for c, _to_ns, f, tiles, _drains in per_cta(doc):
+        s_ns, s_clk, e_ns, _e_clk = doc["ctas"][c]["anchors"]
+        spans.append((e_ns - s_ns) / 1e3)
+        b, g, prev = 0.0, 0.0, None
+        for stage, _row, m0, m1, end, _wait in tiles:
+            ml[stage].append((m1 - m0) / f / 1e3)
+            epi[stage].append((end - m1) / f / 1e3)
+            b += (m1 - m0) / f / 1e3
+            if prev is None:
+                firsts.append((m0 - s_clk) / f / 1e3)
+            else:
+                gaps.append((m0 - prev) / f / 1e3)
+                g += (m0 - prev) / f / 1e3
+            prev = end
+        busy.append(b)
+        gap_sums.append(g)
+    return {"span_us": median(spans), "mainloop_share": median([b / s for b, s in zip(busy, spans) if s > 0]),
+            "T_mma_L1_us": median(ml[1]), "T_epi_L1_us": median(epi[1]), "T_mma_L2_us": median(ml[2]),
+            "T_epi_L2_us": median(epi[2]), "gap_us": median(gaps), "gap_sum_per_cta_us": median(gap_sums),
+            "first_tile_after_us": median(firsts), "ctas": len(spans)}
+
+
+def write_tiles(docs, out):
+    rows = [{"config": d["config"], "schedule": schedule_of(d["impl"]), **tile_walk(d)} for d in docs]
+    lines = ["| configuration | schedule | CTA span (µs) | in mainloops | L1 mainloop / epilogue (µs) | L2 mainloop / epilogue (µs) | gap between tiles (µs) | gaps per CTA (µs) | first tile after (µs) | CTAs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['schedule']} | {r['span_us']:.0f} | {r['mainloop_share']:.2f} | {r['T_mma_L1_us']:.1f} / "
+                     f"{r['T_epi_L1_us']:.2f} | {r['T_mma_L2_us']:.1f} / {r['T_epi_L2_us']:.2f} | {r['gap_us']:.2f} | "
+                     f"{r['gap_sum_per_cta_us']:.0f} | {r['first_tile_after_us']:.1f} | {r['ctas']} |")
+    with open(os.path.join(out, "tiles.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "tiles.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
 def write_phases(docs, out):
     """phases.md / .json: the storer's phases per configuration, schedule and warp (traces that stamp them)."""
     rows = []
@@ -159,6 +205,7 @@ def main():
     with open(os.path.join(args.out, "table2.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print("\n".join(lines))
+    write_tiles(docs, args.out)
     write_phases(docs, args.out)
     try:
         import matplotlib

@@ -20,10 +20,8 @@ __device__ __forceinline__ fp8::BlockScale warp_block_scale(const float (&v)[4])
 
 // The lane's 4 codes, element 0 in the lowest byte (little-endian: one 4-byte store writes them in order).
 __device__ __forceinline__ std::uint32_t quantize4(const float (&v)[4], const fp8::BlockScale& s) {
-  std::uint32_t packed = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) packed |= static_cast<std::uint32_t>(fp8::quantize_value(v[i], s)) << (8 * i);
-  return packed;
+  return static_cast<std::uint32_t>(fp8::quantize_pair(v[0], v[1], s)) |
+         static_cast<std::uint32_t>(fp8::quantize_pair(v[2], v[3], s)) << 16;
 }
 
 }  // namespace xstage::moe

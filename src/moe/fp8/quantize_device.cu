@@ -79,9 +79,7 @@ __global__ void quantize_weights_kernel(const __nv_bfloat16* w, int k, int scale
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = __bfloat1622float2(h2[i]);
-      word[i / 2] |= (static_cast<std::uint32_t>(fp8::quantize_value(f.x, s)) |
-                      static_cast<std::uint32_t>(fp8::quantize_value(f.y, s)) << 8)
-                     << (16 * (i % 2));
+      word[i / 2] |= static_cast<std::uint32_t>(fp8::quantize_pair(f.x, f.y, s)) << (16 * (i % 2));
     }
     dst[q] = make_uint2(word[0], word[1]);
   }

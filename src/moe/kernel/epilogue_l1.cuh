@@ -54,8 +54,7 @@ __device__ __forceinline__ void l1_epilogue(const MegaMoeParams<C>& prm, const T
     for (int v = 0; v < kAcc / 2; v += 2) {
       const int r = get<0>(tCcC(v)), c = get<1>(tCcC(v));
       const fp8::BlockScale& sv = scale[(v >> 1) & 1];
-      const unsigned lo = fp8::quantize_value(acc(v), sv), hi = fp8::quantize_value(acc(v + 1), sv);
-      *reinterpret_cast<std::uint16_t*>(ring + r * pitch + c) = static_cast<std::uint16_t>(lo | (hi << 8));
+      *reinterpret_cast<std::uint16_t*>(ring + r * pitch + c) = fp8::quantize_pair(acc(v), acc(v + 1), sv);
     }
     if (tid % 4 == 0) {
       *at<float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0, t.n_block)) = scale[0].scale;

@@ -14,6 +14,7 @@
 #include "capi/xstage_c.h"
 #include "common/error.hpp"
 #include "common/device_facts.hpp"
+#include "moe/fp8/fp8.hpp"
 #include "moe/fp8/quantize_device.hpp"
 #include "moe/megamoe.hpp"
 #include "moe/plan.hpp"
@@ -104,9 +105,9 @@ void moe_forward(xstage_moe* layer, const xstage_tensor* tokens_in, const xstage
   const xstage_tensor* w2s = nullptr;
   if (p.dtype == moe::DType::fp8_e4m3) {
     XSTAGE_REQUIRE(w1s_in != nullptr && w2s_in != nullptr, "an fp8 layer needs w1_scales and w2_scales");
-    w1s = &operand(w1s_in, "w1_scales", XSTAGE_DTYPE_FLOAT32, {EL * 2 * I / 128, moe::round_up(h / 128, 4)},
+    w1s = &operand(w1s_in, "w1_scales", XSTAGE_DTYPE_FLOAT32, {EL * 2 * I / 128, moe::fp8::weight_scale_pitch(h)},
                    "[experts/P * 2*inter/128, round_up(hidden/128, 4)]", device);
-    w2s = &operand(w2s_in, "w2_scales", XSTAGE_DTYPE_FLOAT32, {EL * h / 128, moe::round_up(I / 128, 4)},
+    w2s = &operand(w2s_in, "w2_scales", XSTAGE_DTYPE_FLOAT32, {EL * h / 128, moe::fp8::weight_scale_pitch(I)},
                    "[experts/P * hidden/128, round_up(inter/128, 4)]", device);
   } else {
     XSTAGE_REQUIRE(w1s_in == nullptr && w2s_in == nullptr, "a bfloat16 layer takes no weight scales (pass NULL)");
@@ -178,7 +179,7 @@ void quantize_weights(const xstage_tensor* w_in, const xstage_tensor* codes_in, 
                  "codes has dtype " + dtype_name(c.dtype) + "; it must be float8_e4m3fn (or uint8)");
   const xstage_tensor& codes = operand(codes_in, "codes", c.dtype, {n, k}, "[n, k]", device);
   const xstage_tensor& scales =
-      operand(scales_in, "scales", XSTAGE_DTYPE_FLOAT32, {n / 128, moe::round_up(k / 128, 4)}, "[n/128, round_up(k/128, 4)]", device);
+      operand(scales_in, "scales", XSTAGE_DTYPE_FLOAT32, {n / 128, moe::fp8::weight_scale_pitch(k)}, "[n/128, round_up(k/128, 4)]", device);
   require_sm90(device);
   DeviceGuard guard(device);
   require_device_pointer(w.data, "w", device);

@@ -478,6 +478,20 @@ std::string bench_config_file(const MoeArgs& args) {
 // The configurations a bench runs: matching --filter, in a dtype of --dtype.
 bool selected(const BenchConfig& c, const MoeArgs& args) { return matches(c.name, args.filter, "--filter") && wanted(c.dtype, args); }
 
+// One trial of the paper's protocol: every rank lines up at a barrier, then one event-timed enqueue on `stream`; its
+// milliseconds once the `stop` event has completed. The layer's forwards and --hbm-reference's reads are timed by it.
+template <class Enqueue>
+float barrier_aligned_ms(comm::Runtime& rt, cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream, Enqueue&& enqueue) {
+  rt.barrier();
+  XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
+  enqueue();
+  XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
+  XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
+  float elapsed_ms = 0;
+  XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+  return elapsed_ms;
+}
+
 // --hbm-reference: after a configuration's layers, a streaming read of the same expert weight buffers on each rank
 // (moe/harness/weight_stream.hpp), timed like the layer (warm-up, then trials of {barrier, event-timed read},
 // the median), as the bandwidth a layer bound by reading its weights once could reach on that GPU.
@@ -525,16 +539,7 @@ HbmReference measure_hbm_reference(comm::Runtime& rt, const moe::MoeProblem& pr,
     auto launch = [&] { read.enqueue(stream); };
     warm_up(launch, kHbmReadWarmupMs, stream);
     std::vector<double> ms(trials);
-    for (int t = 0; t < trials; ++t) {
-      rt.barrier();
-      XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
-      launch();
-      XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
-      XSTAGE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float elapsed_ms = 0;
-      XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
-      ms[t] = elapsed_ms;
-    }
+    for (int t = 0; t < trials; ++t) ms[t] = barrier_aligned_ms(rt, start, stop, stream, launch);
     GBps = static_cast<double>(read.bytes()) / (median(ms) * 1e-3) / 1e9;
   }
   const auto all_GBps = rt.all_gather_bytes(&GBps, sizeof(GBps));
@@ -622,15 +627,12 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
       // One trial of the paper protocol: all ranks line up, then one event-timed forward.
       std::vector<double> enqueue_us;  // host time to enqueue one forward (the GPU runs meanwhile)
       auto barrier_aligned_forward_ms = [&] {
-        rt.barrier();
-        XSTAGE_CUDA_CHECK(cudaEventRecord(start, stream));
-        const auto t0 = std::chrono::steady_clock::now();
-        launch();
-        enqueue_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-        XSTAGE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        const float elapsed_ms = barrier_aligned_ms(rt, start, stop, stream, [&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          launch();
+          enqueue_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        });
         finish();
-        float elapsed_ms = 0;
-        XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
         return elapsed_ms;
       };
       double clock_mhz = 0;

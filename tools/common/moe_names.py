@@ -12,3 +12,9 @@ def schedule_of(impl: str) -> str:
     if "lag=" in impl:
         return "pipelined"
     return "wave" if "expert-wave" in impl else "interleaved"
+
+
+def family_of(impl: str) -> str:
+    """`auto` for the layer's own choice (whatever it chose), else schedule_of: how results compare implementations
+    as a user picks them."""
+    return "auto" if impl.startswith("megamoe-auto") else schedule_of(impl)

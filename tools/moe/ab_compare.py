@@ -24,11 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from common import results  # noqa: E402
-from common.moe_names import schedule_of  # noqa: E402
-
-
-def schedule(impl: str) -> str:
-    return "auto" if "auto" in impl else schedule_of(impl)
+from common.moe_names import family_of  # noqa: E402
 
 
 def side(run, pattern):
@@ -39,7 +35,7 @@ def side(run, pattern):
     rounds = []
     for name in names:
         rows = run.json(name)["results"]
-        rounds.append({(r["config"], schedule(r["impl"])): r["median_ms"] for r in rows})
+        rounds.append({(r["config"], family_of(r["impl"])): r["median_ms"] for r in rows})
     return names, rounds
 
 

@@ -18,12 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common.results import Run  # noqa: E402
-from common.moe_names import schedule_of  # noqa: E402
-
-
-def family(impl: str) -> str:
-    """`auto` (the layer's own choice, whatever it chose) or the fixed schedule (common/moe_names.py)."""
-    return "auto" if impl.startswith("megamoe-auto") else schedule_of(impl)
+from common.moe_names import family_of  # noqa: E402
 
 
 def collect(run: Run):
@@ -40,8 +35,8 @@ def collect(run: Run):
             if r.get("routing") != "balanced":
                 continue
             key = (f"h{r['h']}-i{r['h_inter']}-e{r['E']}-k{r['k']}", r["tokens_per_rank"], r["dtype"])
-            xstage.setdefault(key, {}).setdefault(family(r["impl"]), []).append(r["median_ms"])
-            if family(r["impl"]) == "auto":
+            xstage.setdefault(key, {}).setdefault(family_of(r["impl"]), []).append(r["median_ms"])
+            if family_of(r["impl"]) == "auto":
                 choices.setdefault(key, set()).add(r["impl"].split(": ", 1)[-1])
     return triton, xstage, choices
 

@@ -42,6 +42,10 @@ inline constexpr std::uint8_t kE4m3MaxCode = 0x7E;
 inline constexpr std::uint8_t kE4m3NaN = 0x7F;   // canonical NaN the encoder produces
 inline constexpr int kBlock = 128;               // scale block edge: 1×128 activations, 128×128 weights
 
+// The weight-scale layout (quantize.hpp): [n/128][weight_scale_pitch(k)] fp32, each row of K blocks padded to a
+// multiple of 4 floats (16 B), so that every row starts aligned for TMA and vector loads.
+XSTAGE_HD constexpr std::int64_t weight_scale_pitch(std::int64_t k) { return (k / kBlock + 3) / 4 * 4; }
+
 XSTAGE_HD inline std::uint32_t float_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);

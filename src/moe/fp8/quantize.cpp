@@ -69,7 +69,7 @@ Fp8Weights quantize_weights(const float* w, int n, int k) {
   Fp8Weights q;
   q.n = n;
   q.k = k;
-  q.scale_pitch = round_up4(q.k_blocks());
+  q.scale_pitch = static_cast<int>(fp8::weight_scale_pitch(k));
   q.codes.assign(static_cast<std::size_t>(n) * k, 0);
   q.scales.assign(static_cast<std::size_t>(q.n_blocks()) * q.scale_pitch, 1.0f);
   for (int nb = 0; nb < q.n_blocks(); ++nb)

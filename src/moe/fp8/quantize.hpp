@@ -8,7 +8,8 @@
 //                      round_up(rows, 4), so every K block's column starts on 16 B (TMA global strides must be
 //                      multiples of 16 B; the mainloop TMA-loads the b_m scales of one K block per stage).
 //   weight codes       [N][K] uint8, row-major (K-major B operand, as W1/W2 are stored; 16 B rows)
-//   weight scales      [N/128][scale_pitch] fp32: ROW-major [N/128, K/128], scale_pitch = round_up(K/128, 4)
+//   weight scales      [N/128][scale_pitch] fp32: ROW-major [N/128, K/128], scale_pitch = fp8::weight_scale_pitch(K)
+//                      = round_up(K/128, 4)
 //                      (16 B rows: a CTA loads the K/128 scales of its n-block once per tile).
 // Padding entries of a scale tensor hold 1.0f (never read by the math, but finite if a kernel over-reads).
 #pragma once
@@ -33,7 +34,7 @@ struct Fp8Activations {
 
 struct Fp8Weights {
   int n = 0, k = 0;
-  int scale_pitch = 0;              // round_up(k/128, 4)
+  int scale_pitch = 0;              // fp8::weight_scale_pitch(k)
   std::vector<std::uint8_t> codes;  // [n][k]
   std::vector<float> scales;        // [n/128][scale_pitch]
   int n_blocks() const { return n / fp8::kBlock; }

@@ -115,7 +115,7 @@ void quantize_weights_fp8(const __nv_bfloat16* w, int n, int k, std::uint8_t* co
                      " must be positive multiples of 128 (the fp8 scale block)");
   XSTAGE_REQUIRE(k / fp8::kBlock <= 65535, where + "k = " + std::to_string(k) + " has more than 65535 blocks");
   XSTAGE_REQUIRE(aligned(w, 16) && aligned(codes, 8), where + "w must be 16-byte and codes 8-byte aligned");
-  const int scale_pitch = (k / fp8::kBlock + 3) / 4 * 4;
+  const int scale_pitch = static_cast<int>(fp8::weight_scale_pitch(k));
   launch_kernel(quantize_weights_kernel, dim3(n / fp8::kBlock, k / fp8::kBlock), kWeightThreads, 0, stream, w, k, scale_pitch, codes,
                                                                                                  scales);
 }

@@ -11,9 +11,9 @@ ExpertWeightBytes expert_weight_bytes(const MoeProblem& pr) {
   b.W1 = EL * 2 * I * h * s;
   b.W2 = EL * h * I * s;
   if (pr.dtype == DType::fp8_e4m3) {
-    constexpr std::int64_t kScaleBytes = 4, kScalePitchQuantum = 4;  // fp32 scales, rows padded to 16 B
-    b.W1_scales = EL * (2 * I / fp8::kBlock) * round_up(h / fp8::kBlock, kScalePitchQuantum) * kScaleBytes;
-    b.W2_scales = EL * (h / fp8::kBlock) * round_up(I / fp8::kBlock, kScalePitchQuantum) * kScaleBytes;
+    constexpr std::int64_t kScaleBytes = 4;  // fp32
+    b.W1_scales = EL * (2 * I / fp8::kBlock) * fp8::weight_scale_pitch(h) * kScaleBytes;
+    b.W2_scales = EL * (h / fp8::kBlock) * fp8::weight_scale_pitch(I) * kScaleBytes;
   }
   return b;
 }

@@ -10,6 +10,7 @@
 
 #include "common/device_facts.hpp"
 #include "common/launch.cuh"
+#include "moe/fp8/fp8.hpp"
 #include "moe/kernel/launch.hpp"
 #include "moe/kernel/megamoe_kernel.cuh"
 
@@ -65,8 +66,8 @@ MegaMoeParams<C> make_params(const MegaMoeLaunch& l) {
     prm.tma_b2_whole = make_tma<E, BW, LayoutB, typename C::TileShapeB>(l.W2, static_cast<std::int64_t>(EL) * h, I);
   }
   if constexpr (C::kFp8) {  // quantize.hpp's weight-scale layout, local experts stacked (moe/layer.hpp)
-    prm.w1_scale_pitch = static_cast<int>(round_up(h / kScaleBlock, 4));
-    prm.w2_scale_pitch = static_cast<int>(round_up(I / kScaleBlock, 4));
+    prm.w1_scale_pitch = static_cast<int>(fp8::weight_scale_pitch(h));
+    prm.w2_scale_pitch = static_cast<int>(fp8::weight_scale_pitch(I));
   }
   return prm;
 }

@@ -127,9 +127,9 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
                        " rows per source) do not cover the layer's shards of " + std::to_string(s.shard_rows()) + " rows in at most " +
                        std::to_string(kMaxInputChunksPerBatch) + " chunks per batch");
     XSTAGE_REQUIRE(inputs.wait.status != nullptr, "fused Ulysses: input arrivals without a call state");
-    XSTAGE_REQUIRE(c.row_pieces * 16 == s.local_heads() * s.head_dim * 2,
-                   "fused Ulysses: the input chunks count rows of " + std::to_string(c.row_pieces * 16) + " bytes, the layer's are " +
-                       std::to_string(s.local_heads() * s.head_dim * 2));
+    XSTAGE_REQUIRE(c.heads == s.local_heads() && c.row_pieces * 16 == s.head_dim * 2,
+                   "fused Ulysses: the input chunks count " + std::to_string(c.heads) + " heads of " + std::to_string(c.row_pieces * 16) +
+                       "-byte rows, the layer's are " + std::to_string(s.local_heads()) + " of " + std::to_string(s.head_dim * 2));
     XSTAGE_REQUIRE(inputs.reserved_sms >= 0 && inputs.reserved_sms < device.sm_count,
                    "fused Ulysses: the pusher reserves " + std::to_string(inputs.reserved_sms) + " SMs of " +
                        std::to_string(device.sm_count));

@@ -4,8 +4,8 @@
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
 // On the Ulysses path that hides both all-to-alls (Params::inputs set), Q, K and V arrive while the kernel runs:
 // before each TMA load of Q or K (V's rows are K's) the producer waits, bounded, for the arrival flags of the
-// input chunks those rows lie in (ulysses/layout.hpp's InputChunks), remembering per batch which chunks it has
-// seen, so each flag is read about once per CTA.
+// input chunks of the tile's head those rows lie in (ulysses/layout.hpp's InputChunks), remembering for its current
+// (batch, head) which chunks it has seen, so each flag is read about once per tile.
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
@@ -107,8 +107,8 @@ struct MainloopSm90 {
 
   // The producer's memory of which input chunks have arrived in this call (InputArrivals).
   struct InputWaits {
-    int batch = -1;
-    std::uint64_t arrived = 0;  // bit i: chunk i of `batch`
+    int batch = -1, head = -1;
+    std::uint64_t arrived = 0;  // bit i: chunk i of (`batch`, `head`)
   };
 
   struct SharedStorage {
@@ -133,21 +133,23 @@ struct MainloopSm90 {
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
-  // Waits until rows [m0, m1) of batch b have arrived (nothing to do without InputArrivals). A wait that times
-  // out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
+  // Waits until rows [m0, m1) of head h of batch b have arrived (nothing to do without InputArrivals). A wait that
+  // times out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
   // so the kernel ends and the host's poll() reports the timeout.
-  CUTE_DEVICE static void wait_for_rows(Params const& params, InputWaits& w, int b, int m0, int m1) {
+  CUTE_DEVICE static void wait_for_rows(Params const& params, InputWaits& w, TileCoord tile, int m0, int m1) {
     const InputArrivals& in = params.inputs;
     if (in.flags == nullptr) return;
-    if (b != w.batch) {
+    const int b = tile.batch;
+    if (b != w.batch || tile.head != w.head) {
       w.batch = b;
+      w.head = tile.head;
       w.arrived = 0;
     }
     bool waited = false;
     for (int m = m0; m < m1; m = in.chunks.next_chunk_row(m)) {
       const int i = in.chunks.index_of_row(m);
       if ((w.arrived >> i) & 1u) continue;
-      const int index = in.chunks.flag(b, i), what = static_cast<int>(UlyssesWait::inputs);
+      const int index = in.chunks.flag(b, tile.head, i), what = static_cast<int>(UlyssesWait::inputs);
       const std::uint32_t* flag = in.flags + index;
       if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target(i), what, index);
       else comm::wait_counter<false>(in.wait, flag, in.target(i), what, index);
@@ -197,7 +199,7 @@ struct MainloopSm90 {
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
     auto load_k = [&](int n) {
-      wait_for_rows(params, waits, tile.batch, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
+      wait_for_rows(params, waits, tile, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
       copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
       ++k_state;
@@ -213,7 +215,7 @@ struct MainloopSm90 {
     if (tile_iteration > 0) {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
     }
-    wait_for_rows(params, waits, tile.batch, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
+    wait_for_rows(params, waits, tile, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
     copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
 #pragma unroll 1

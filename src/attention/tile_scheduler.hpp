@@ -6,9 +6,10 @@
 // Within a head the m-blocks go in order, or `m_block_stride` apart (a permutation: the stride is coprime
 // with the m-block count), which the fused Ulysses epilogue uses to spread the CTAs working at one moment
 // over every destination rank (ulysses/layout.hpp).
-// On the path whose inputs arrive while it computes (UlyssesPath::fused_both), `arrival_order` walks instead
-// heads fastest, m-blocks from the last, batch slowest: the first wave then needs only the last rows of Q, and
-// every tile's key/value loop starts at the last rows too (mainloop_sm90.hpp), which is where the copies begin.
+// On the path whose inputs arrive while it computes (UlyssesPath::fused_both), `arrival_order` walks each head's
+// m-blocks from the last instead: the first wave then needs the inputs of the first head or few only (they are
+// pushed head by head, ulysses/layout.hpp's PushOrder), and every tile's key/value loop starts at the last rows
+// (mainloop_sm90.hpp), which is where each head's pushes begin.
 // The object has no hidden state: the producer warp and both consumer warpgroups walk the same sequence
 // independently, and a CPU test walks it too (tests/attention/tile_scheduler_test.cpp).
 #pragma once
@@ -36,13 +37,11 @@ struct StaticPersistentTileScheduler {
   XSTAGE_HD constexpr int next_tile(int tile, int num_ctas) const { return tile + num_ctas; }
 
   XSTAGE_HD constexpr TileCoord coord(int tile) const {
-    if (arrival_order) {
-      const int m_index = (tile / num_heads) % num_m_blocks;
-      return {num_m_blocks - 1 - m_index, tile % num_heads, tile / (num_heads * num_m_blocks)};
-    }
     const int m_index = tile % num_m_blocks;
     const int rest = tile / num_m_blocks;
-    const int m_block = m_block_stride == 1 ? m_index : static_cast<int>((static_cast<long long>(m_index) * m_block_stride) % num_m_blocks);
+    const int m_block = arrival_order          ? num_m_blocks - 1 - m_index
+                        : m_block_stride == 1 ? m_index
+                                              : static_cast<int>((static_cast<long long>(m_index) * m_block_stride) % num_m_blocks);
     return {m_block, rest % num_heads, rest / num_heads};
   }
 

@@ -53,21 +53,28 @@ TEST(TileScheduler, EveryTileOnceForManyShapesAndGrids) {
   }
 }
 
-// fused_both: the first tiles are the last m-blocks of every head, the walk goes towards the first rows, batch slowest.
-TEST(TileScheduler, ArrivalOrderWalksHeadsFastestFromTheLastRows) {
+// fused_both: each head's m-blocks from the last, then the next head, batch slowest, so that the first wave holds the
+// tiles of the first heads only (the inputs are pushed head by head).
+TEST(TileScheduler, ArrivalOrderWalksEachHeadFromTheLastRows) {
   const StaticPersistentTileScheduler s{10, 3, 2, 1, true};
-  for (int t = 0; t < 3; ++t) {
-    EXPECT_EQ(s.coord(t).m_block, 9);
-    EXPECT_EQ(s.coord(t).head, t);
+  for (int t = 0; t < 10; ++t) {
+    EXPECT_EQ(s.coord(t).m_block, 9 - t);
+    EXPECT_EQ(s.coord(t).head, 0);
     EXPECT_EQ(s.coord(t).batch, 0);
   }
-  EXPECT_EQ(s.coord(3).m_block, 8);
+  EXPECT_EQ(s.coord(10).m_block, 9);
+  EXPECT_EQ(s.coord(10).head, 1);
   EXPECT_EQ(s.coord(29).m_block, 0);
+  EXPECT_EQ(s.coord(29).head, 2);
   EXPECT_EQ(s.coord(29).batch, 0);
   EXPECT_EQ(s.coord(30).m_block, 9);
+  EXPECT_EQ(s.coord(30).head, 0);
   EXPECT_EQ(s.coord(30).batch, 1);
-  for (int t = 0; t + 1 < s.num_tiles(); ++t)  // within a batch the m-block never increases
-    if (s.coord(t).batch == s.coord(t + 1).batch) EXPECT_GE(s.coord(t).m_block, s.coord(t + 1).m_block);
+  for (int t = 0; t + 1 < s.num_tiles(); ++t) {  // (batch, head) never goes back; within one the m-block falls by one
+    const TileCoord a = s.coord(t), b = s.coord(t + 1);
+    ASSERT_LE(a.batch * 3 + a.head, b.batch * 3 + b.head);
+    if (a.batch == b.batch && a.head == b.head) EXPECT_EQ(b.m_block, a.m_block - 1);
+  }
 }
 
 TEST(TileScheduler, MBlockVariesFastestSoConcurrentCtasShareKV) {

@@ -148,16 +148,22 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
         ++rows_in[i];
       }
       for (int i = 0; i < c.per_batch(); ++i) EXPECT_EQ(rows_in[i], c.rows_of(i % c.per_source)) << "chunk " << i;
-      // A flag's index names its batch, source rank and chunk (what a timeout reports).
+      // A flag's index names its batch, head, source rank and chunk (what a timeout reports); the flags of one
+      // receiver are [B][Hp][chunks per batch].
+      ASSERT_EQ(c.heads, 2);
+      ASSERT_EQ(c.flags(s.batch), s.batch * 2 * P * c.per_source);
       for (int b = 0; b < s.batch; ++b)
-        for (int j = 0; j < P; ++j)
-          for (int k = 0; k < c.per_source; ++k) {
-            EXPECT_EQ(c.flag(b, c.in_batch(j, k)), (b * P + j) * c.per_source + k);  // the flags' layout
-            const InputChunks::FlagOwner o = c.owner_of_flag(c.flag(b, c.in_batch(j, k)));
-            EXPECT_EQ(o.batch, b);
-            EXPECT_EQ(o.source, j);
-            EXPECT_EQ(o.chunk, k);
-          }
+        for (int h = 0; h < c.heads; ++h)
+          for (int j = 0; j < P; ++j)
+            for (int k = 0; k < c.per_source; ++k) {
+              const int f = c.flag(b, h, c.in_batch(j, k));
+              EXPECT_EQ(f, ((b * c.heads + h) * P + j) * c.per_source + k);
+              const InputChunks::FlagOwner o = c.owner_of_flag(f);
+              EXPECT_EQ(o.batch, b);
+              EXPECT_EQ(o.head, h);
+              EXPECT_EQ(o.source, j);
+              EXPECT_EQ(o.chunk, k);
+            }
       // The producer's walk over rows [a, b): each chunk touched once, in order.
       for (int a : {0, Ms / 2, s.seqlen - 1})
         for (int len : {1, 64, 128, 192, s.seqlen}) {
@@ -172,47 +178,96 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
     }
 }
 
-// fused_both's pusher: every (receiver, batch, source, chunk) it owes exactly once, in the order the receivers'
-// kernels need them (virtual ranks: receiver by receiver, each from the sequence's last chunk; real ranks: its own
-// chunks from the last, every receiver in turn), and the bytes it moves to other ranks are the all-to-all's.
+// fused_both's pusher: every (receiver, batch, head, source, chunk) it owes exactly once, in the order the receivers'
+// kernels need them: first each set's head start (virtual ranks: set r is receiver r's items; real ranks: one set of
+// every receiver's), its first (batch, head)s, then the rest of each set; within a set (batch, head) by (batch, head),
+// each from the sequence's last chunk (virtual ranks) or from this rank's last chunk, every receiver in turn (real
+// ranks); and the bytes it moves to other ranks are the all-to-all's.
 TEST(UlyssesLayout, PushOrderOwesEveryChunkOnceInNeededOrder) {
   for (int P : {1, 2, 4, 8})
     for (int B : {1, 3})
-      for (int Ms : {37, 1000, 4096}) {
-        const UlyssesShape s{B, Ms * P, 2 * P, 64, P};
-        const InputChunks c = make_input_chunks(s);
-        for (int source = -1; source < P; ++source) {
-          const PushOrder order{s, c, source};
-          std::set<std::tuple<int, int, int, int>> seen;
-          std::int64_t remote_rows = 0;
-          for (int i = 0; i < order.items(); ++i) {
-            const PushItem it = order.item(i);
-            ASSERT_TRUE(seen.insert({it.receiver, it.batch, it.source, it.chunk}).second) << "item " << i;
-            ASSERT_GE(it.chunk, 0);
-            ASSERT_LT(it.chunk, c.per_source);
-            if (source >= 0) ASSERT_EQ(it.source, source);
-            if (it.receiver != it.source) remote_rows += c.rows_of(it.chunk);
-            if (i == 0) continue;
-            const PushItem prev = order.item(i - 1);
-            if (source < 0) {
-              ASSERT_LE(prev.receiver, it.receiver);
-              if (prev.receiver == it.receiver && prev.batch == it.batch)  // from the sequence's end to its start
+      for (int Ms : {37, 1000, 4096})
+        for (int start_heads : {0, 1, 2, 100}) {
+          const UlyssesShape s{B, Ms * P, 2 * P, 64, P};
+          const InputChunks c = make_input_chunks(s);
+          for (int source = -1; source < P; ++source) {
+            const PushOrder order{s, c, source, start_heads};
+            const int n = std::min(start_heads, B * c.heads);  // the head start's (batch, head)s per set
+            std::set<std::tuple<int, int, int, int, int>> seen;
+            std::int64_t remote_rows = 0;
+            ASSERT_EQ(order.head_start_first(0), 0);
+            for (int i = 0; i < order.items(); ++i) {
+              const PushItem it = order.item(i);
+              ASSERT_TRUE(seen.insert({it.receiver, it.batch, it.head, it.source, it.chunk}).second) << "item " << i;
+              ASSERT_GE(it.chunk, 0);
+              ASSERT_LT(it.chunk, c.per_source);
+              ASSERT_GE(it.head, 0);
+              ASSERT_LT(it.head, c.heads);
+              if (source >= 0) ASSERT_EQ(it.source, source);
+              if (it.receiver != it.source) remote_rows += c.rows_of(it.chunk);
+              const int set = source < 0 ? it.receiver : 0, bh = it.batch * c.heads + it.head;
+              // In its set's head start exactly when among the set's first n (batch, head)s.
+              const bool in_start = i >= order.head_start_first(set) && i < order.head_start_first(set + 1);
+              ASSERT_EQ(in_start, bh < n) << "item " << i;
+              ASSERT_EQ(i < order.head_starts_end(), bh < n) << "item " << i;
+              if (i == 0) continue;
+              const PushItem prev = order.item(i - 1);
+              const int prev_set = source < 0 ? prev.receiver : 0, prev_bh = prev.batch * c.heads + prev.head;
+              if (i == order.head_starts_end()) continue;  // from the last head start to the first set's rest
+              ASSERT_LE(prev_set, set) << "item " << i;
+              if (prev_set == set) ASSERT_LE(prev_bh, bh) << "item " << i;
+              if (prev_set != set || prev_bh != bh) continue;
+              if (source < 0)  // from the sequence's end to its start
                 ASSERT_GT(c.first_row(prev.source, prev.chunk), c.first_row(it.source, it.chunk));
-            } else if (prev.batch == it.batch) {
-              ASSERT_GE(prev.chunk, it.chunk);
+              else
+                ASSERT_GE(prev.chunk, it.chunk);
             }
+            const int sources = source < 0 ? P : 1;
+            EXPECT_EQ(static_cast<int>(seen.size()), sources * P * B * c.heads * c.per_source);
+            // the all-to-all: (P-1)/P of every shard, each head
+            EXPECT_EQ(remote_rows, static_cast<std::int64_t>(sources) * (P - 1) * B * c.heads * Ms);
           }
-          const int sources = source < 0 ? P : 1;
-          EXPECT_EQ(static_cast<int>(seen.size()), sources * P * B * c.per_source);
-          EXPECT_EQ(remote_rows, static_cast<std::int64_t>(sources) * (P - 1) * B * Ms);  // the all-to-all: (P-1)/P of every shard
         }
-      }
 }
 
-// The pusher's units: each tensor of a chunk cut into runs of kPushUnitPieces pieces that cover its rows of the
-// receiver's heads once; every unit of a call goes to exactly one warp (unit g to warp (g / kRun) mod W; PushWarps'
-// first unit, next unit and counts agree with that), and the warps' additions to each flag sum to the target the
-// attention kernel waits for.
+// The pusher's cursor walks PushOrder's items exactly as item(i) numbers them, from any item on.
+TEST(UlyssesLayout, PushCursorStepsLikeItem) {
+  for (int P : {1, 2, 3, 8})
+    for (int B : {1, 2})
+      for (int Ms : {5, 37, 1000})
+        for (int start_heads : {0, 1, 3, 100}) {
+          const UlyssesShape s{B, Ms * P, 3 * P, 64, P};
+          const InputChunks c = make_input_chunks(s);
+          for (int source = -1; source < P; ++source) {
+            const PushOrder order{s, c, source, start_heads};
+            for (int first : {0, 1, order.head_starts_end(), order.items() / 2, order.items() - 1}) {
+              if (first < 0 || first >= order.items()) continue;
+              PushCursor cursor = PushCursor::at(order, first);
+              for (int i = first; i < order.items(); ++i, cursor.next(order)) {
+                const PushItem want = order.item(i), got = cursor.it;
+                ASSERT_EQ(std::make_tuple(got.receiver, got.batch, got.head, got.source, got.chunk),
+                          std::make_tuple(want.receiver, want.batch, want.head, want.source, want.chunk))
+                    << "P=" << P << " B=" << B << " Ms=" << Ms << " start heads " << start_heads << " source " << source << " from " << first
+                    << ", item " << i;
+              }
+            }
+          }
+        }
+}
+
+// The first wave's (batch, head)s: its CTAs over the m-blocks of each head in turn.
+TEST(UlyssesLayout, FirstWaveHeadsCoverTheFirstWave) {
+  EXPECT_EQ(first_wave_heads(128, 128), 1);  // M = 16384 at b_m = 128 on 128 SMs: one head
+  EXPECT_EQ(first_wave_heads(128, 127), 2);
+  EXPECT_EQ(first_wave_heads(128, 32), 4);   // M = 4096: four heads
+  EXPECT_EQ(first_wave_heads(5, 1), 5);
+}
+
+// The pusher's units: each tensor of a chunk cut into runs of kPushUnitPieces pieces that cover its rows of one head
+// once; every unit of a launch goes to exactly one warp (unit g to warp (g / run) mod W; PushWarps' first unit, next
+// unit and counts agree with that), and over the call's two launches (the head start, runs of kPushRunHeadStart, then
+// the rest, runs of kPushRunAlongside, each numbering its units from 0) the warps' additions to each flag sum to the
+// target the attention kernel waits for.
 TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
   struct Case {
     int B, Ms, heads_per_rank, d, P;
@@ -222,49 +277,56 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
     for (int W : {1, 7, 32, 64, 96, 512}) {
       const UlyssesShape s{k.B, k.Ms * k.P, k.heads_per_rank * k.P, k.d, k.P};
       const InputChunks c = make_input_chunks(s);
-      ASSERT_EQ(c.row_pieces * 16, k.heads_per_rank * k.d * 2);
+      ASSERT_EQ(c.row_pieces * 16, k.d * 2);
+      ASSERT_EQ(c.heads, k.heads_per_rank);
       for (int ch = 0; ch < c.per_source; ++ch) {
         const int pieces = c.rows_of(ch) * c.row_pieces;
         ASSERT_GE(c.units_per_tensor(ch) * kPushUnitPieces, pieces) << "chunk " << ch;
         ASSERT_LT((c.units_per_tensor(ch) - 1) * kPushUnitPieces, pieces) << "chunk " << ch;  // no empty unit
       }
       for (int source : {-1, k.P - 1}) {
-        const PushOrder order{s, c, source};
-        const PushWarps warps{W};
+        const PushOrder order{s, c, source, 2};
         std::map<int, std::uint32_t> added;  // by receiver·flags + flag: what the warps add
-        std::int64_t g = 0;                   // the call's unit number, counted out in full
-        int start = 0;
-        for (int i = 0; i < order.items(); ++i) {
-          const PushItem it = order.item(i);
-          const int n = 3 * c.units_per_tensor(it.chunk);
-          ASSERT_EQ(start, static_cast<int>(g % warps.cycle())) << "item " << i;
-          std::vector<int> by_warp(W, 0), first(W, -1), last(W, -1);
-          for (int u = 0; u < n; ++u) {
-            const int w = static_cast<int>((g + u) / PushWarps::kRun % W);
-            if (by_warp[w]++ == 0) first[w] = u;
-            else ASSERT_EQ(warps.next_unit(last[w], start), u) << "warp " << w << " of " << W << ", item " << i;
-            last[w] = u;
-          }
-          for (int w = 0; w < W; ++w)
-            if (last[w] >= 0) ASSERT_GE(warps.next_unit(last[w], start), n) << "warp " << w << " of " << W << ", item " << i;
-          const int key = it.receiver * 100000 + c.flag(it.batch, c.in_batch(it.source, it.chunk));
-          for (int w = 0; w < W; ++w) {
-            ASSERT_EQ(warps.units_of(w, start, n), by_warp[w]) << "warp " << w << " of " << W << ", item " << i;
-            if (by_warp[w] > 0) {
-              ASSERT_EQ(warps.first_unit(w, start), first[w]) << "warp " << w << ", item " << i;
-            } else {
-              ASSERT_GE(warps.first_unit(w, start), n);
+        // One launch: items [first_item, end_item) over `warps`, its units numbered from 0.
+        auto launch = [&](int first_item, int end_item, const PushWarps warps) {
+          std::int64_t g = 0;  // the launch's unit number, counted out in full
+          int start = 0;
+          for (int i = first_item; i < end_item; ++i) {
+            const PushItem it = order.item(i);
+            const int n = 3 * c.units_per_tensor(it.chunk), Wn = warps.warps;
+            ASSERT_EQ(start, static_cast<int>(g % warps.cycle())) << "item " << i;
+            std::vector<int> by_warp(Wn, 0), first(Wn, -1), last(Wn, -1);
+            for (int u = 0; u < n; ++u) {
+              const int w = static_cast<int>((g + u) / warps.run % Wn);
+              if (by_warp[w]++ == 0) first[w] = u;
+              else ASSERT_EQ(warps.next_unit(last[w], start), u) << "warp " << w << " of " << Wn << ", item " << i;
+              last[w] = u;
             }
-            added[key] += static_cast<std::uint32_t>(warps.units_of(w, start, n));
+            for (int w = 0; w < Wn; ++w)
+              if (last[w] >= 0) ASSERT_GE(warps.next_unit(last[w], start), n) << "warp " << w << " of " << Wn << ", item " << i;
+            const int key = it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
+            for (int w = 0; w < Wn; ++w) {
+              ASSERT_EQ(warps.units_of(w, start, n), by_warp[w]) << "warp " << w << " of " << Wn << ", item " << i;
+              if (by_warp[w] > 0) {
+                ASSERT_EQ(warps.first_unit(w, start), first[w]) << "warp " << w << ", item " << i;
+              } else {
+                ASSERT_GE(warps.first_unit(w, start), n);
+              }
+              added[key] += static_cast<std::uint32_t>(warps.units_of(w, start, n));
+            }
+            g += n;
+            start = warps.next_start(start, n);
           }
-          g += n;
-          start = warps.next_start(start, n);
-        }
+        };
+        // The call's launches: each set's head start on many warps, then the rest beside the attention kernels.
+        for (int set = 0; set < order.sets(); ++set)
+          launch(order.head_start_first(set), order.head_start_first(set + 1), PushWarps{4 * W + 3, kPushRunHeadStart});
+        launch(order.head_starts_end(), order.items(), PushWarps{W, kPushRunAlongside});
         // Every flag a receiver's kernel waits on reaches exactly its target (InputArrivals::target).
         InputArrivals in;
         in.chunks = c;
         const int senders = source < 0 ? k.P : 1;
-        EXPECT_EQ(static_cast<int>(added.size()), k.P * k.B * senders * c.per_source);
+        EXPECT_EQ(static_cast<int>(added.size()), k.P * k.B * k.heads_per_rank * senders * c.per_source);
         for (const auto& [key, value] : added) {
           const int f = key % 100000, index_in_batch = f % c.per_batch();
           EXPECT_EQ(value, in.target(index_in_batch)) << "flag " << f << " of receiver " << key / 100000;

@@ -38,7 +38,7 @@ struct AllToAllDestinations {
 // the pusher's units of chunk i that have arrived (the start of every call resets them); the chunk is there at
 // target(i), InputChunks::arrival_target. flags == nullptr: every input is there already (every other path).
 struct InputArrivals {
-  const std::uint32_t* flags = nullptr;  // [B][InputChunks::per_batch()], in this rank's memory
+  const std::uint32_t* flags = nullptr;  // [B][Hp][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;
   comm::WaitContext wait;
   int reserved_sms = 0;       // SMs the attention kernel leaves to the pusher: it runs on the others

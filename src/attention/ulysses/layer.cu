@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <string>
 
 #include "attention/flash_fwd.hpp"
@@ -88,13 +89,15 @@ __global__ void start_of_call_kernel(StartOfCall s) {
   }
 }
 
-// fused_both's pusher: `gridDim.x` CTAs on SMs of their own (the attention kernel leaves them) walk PushOrder's items,
-// every item cut into units (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, the receiver's
-// Hp heads of each row, Hp·d·2 contiguous bytes at the input's row pitch) and the units shared by the warps (PushWarps:
-// runs of kRun consecutive units of the call, run j to warp j mod W). A warp streams: per unit each lane issues
-// kPushUnroll 16-byte loads, then signals the item it finished before (if this unit starts a new one), then stores. No
-// CTA-wide barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores in flight,
-// so it drains the warp: the runs make that once per kRun units rather than once per unit or two.
+// fused_both's pusher: `gridDim.x` CTAs walk PushOrder's items [first_item, end_item), every item cut into units
+// (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, one head of each row, d·2 bytes at the
+// input's row pitch, contiguous in the head-major inbox) and the units shared by the warps (PushWarps: runs of `run`
+// consecutive units, run j to warp j mod W, the warps numbered CTA-fastest so that consecutive runs go to different
+// SMs). It runs twice a call: on every SM before the attention kernel for the first wave's heads (the head start),
+// then on SMs of its own (the attention kernel leaves them) beside it for the rest. A warp streams: per unit each lane
+// issues kPushUnroll 16-byte loads, then signals the item it finished before (if this unit starts a new one), then
+// stores. No CTA-wide barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores
+// in flight, so it drains the warp: the runs make that once per run of units rather than once per unit or two.
 //
 // A signal: every lane fences (release at GPU scope, or system scope with real ranks, whose stores are remote), the
 // warp syncs, and lane 0 adds the warp's unit count of the item to its flag with a release. Why every lane fences:
@@ -105,10 +108,12 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 // InputChunks::arrival_target when every unit of the chunk has arrived, whichever warps moved them.
 struct Pusher {
   PushOrder order;
+  int first_item = 0, end_item = 0;  // the items of this launch
+  int run = kPushRunAlongside;       // PushWarps::run
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
   const std::uint8_t* k[kMaxUlyssesRanks] = {};
   const std::uint8_t* v[kMaxUlyssesRanks] = {};
-  std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][M][Hp][d]
+  std::uint8_t* inbox[kMaxUlyssesRanks] = {};    // by receiver: its head-sharded Q, K, V [3][B][Hp][M][d]
   std::uint32_t* flags[kMaxUlyssesRanks] = {};   // by receiver: its arrival flags (InputChunks::flag)
   std::int64_t head_sharded_bytes = 0;           // one of the three
   bool system_scope = false;                     // real ranks: the stores and flags are a peer's
@@ -135,17 +140,18 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const UlyssesShape& s = p.order.shape;
   const InputChunks& c = p.order.chunks;
   const std::int64_t Ms = s.shard_rows(), M = s.seqlen;
-  const int width = c.row_pieces;                     // 16-byte pieces of one row's slice
+  const int width = c.row_pieces;                     // 16-byte pieces of one row of one head
   const int src_row = s.heads * s.head_dim * 2 / 16;  // pieces between rows of an input
   const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
-  const PushWarps warps{static_cast<int>(gridDim.x * blockDim.x / 32)};
-  const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const PushWarps warps{static_cast<int>(gridDim.x * blockDim.x / 32), p.run};
+  const int warp = static_cast<int>(threadIdx.x / 32 * gridDim.x + blockIdx.x), lane = static_cast<int>(threadIdx.x % 32);
   const PieceWalk walk(width);
   std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
   std::uint32_t pending_units = 0;
   int start = 0;  // the first unit of item i, modulo the warps
-  for (int i = 0; i < p.order.items(); ++i) {
-    const PushItem it = p.order.item(i);
+  PushCursor cursor = PushCursor::at(p.order, p.first_item);
+  for (int i = p.first_item; i < p.end_item; ++i, cursor.next(p.order)) {
+    const PushItem& it = cursor.it;
     const int per_tensor = c.units_per_tensor(it.chunk), n = 3 * per_tensor;
     const int item_start = start, first = warps.first_unit(warp, item_start);
     start = warps.next_start(start, n);
@@ -153,12 +159,12 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
     const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
     // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
     const std::int64_t first_row = c.first_row(it.source, it.chunk);
-    const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + it.receiver * width;
+    const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + (it.receiver * c.heads + it.head) * width;
     const uint4* const src_of[3] = {reinterpret_cast<const uint4*>(p.q[it.source]) + src_base,
                                     reinterpret_cast<const uint4*>(p.k[it.source]) + src_base,
                                     reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
-    uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + (it.batch * M + first_row) * width;
-    std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, c.in_batch(it.source, it.chunk));
+    uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + ((std::int64_t{it.batch} * c.heads + it.head) * M + first_row) * width;
+    std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
     for (int u = first; u < n; u = warps.next_unit(u, item_start)) {
       const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
       const uint4* const src = src_of[t];
@@ -189,7 +195,8 @@ std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, con
       const InputChunks::FlagOwner o = chunks.owner_of_flag(st.index >= 0 ? st.index : 0);
       return comm::describe_timeout(st, timeout_s, "Ulysses attention",
                                     "the arrival flag of rank " + std::to_string(o.source) + "'s input chunk " + std::to_string(o.chunk) +
-                                        " of batch " + std::to_string(o.batch) + " (fused_both), flags",
+                                        " of local head " + std::to_string(o.head) + " of batch " + std::to_string(o.batch) +
+                                        " (fused_both), flags",
                                     true);
     }
     case UlyssesWait::start:
@@ -345,13 +352,17 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     d_.wait = r->state.wait_context();
     d_.wait_for_arrivals = rt != nullptr;
   }
-  // fused_both's inboxes, and its pusher's SMs (the attention kernel's tiles as flash_fwd_all_to_all will cut them).
+  // fused_both's inboxes, its pusher's SMs and its head start (the attention kernel's tiles as flash_fwd_all_to_all
+  // will cut them, on the SMs the pusher leaves).
   chunks_ = make_input_chunks(shape_);
   const int sms = current_device_facts().sm_count;
   const int b_m = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, B * shape_.local_heads(), shape_.seqlen, sms)).block_m();
-  const std::int64_t tiles = B * shape_.local_heads() * ((shape_.seqlen + b_m - 1) / b_m);
+  const int m_blocks = (shape_.seqlen + b_m - 1) / b_m;
+  const std::int64_t tiles = B * shape_.local_heads() * m_blocks;
   push_ctas_ = opt_.push_ctas > 0 ? opt_.push_ctas : choose_push_ctas(tiles, sms);
-  const std::int64_t flag_bytes = B * chunks_.per_batch() * 4, start_offset = 3 * head_sharded + flag_bytes,
+  const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
+  push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks)};
+  const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;
   for (auto& r : ranks_) {
     if (rt) {
@@ -420,14 +431,20 @@ void UlyssesAttention::enqueue_pre_all_to_all(const std::vector<UlyssesViews>& v
 }
 
 namespace {
-FlashFwdArgs head_sharded_args(const UlyssesShape& s, const void* q, const void* k, const void* v, void* o) {
+// The attention problem of one rank's head-sharded Q, K, V and O, packed [B][M][Hp][d] (what the pre-attention
+// all-to-all makes) or, for fused_both's inbox, head-major [B][Hp][M][d] (a pushed chunk of one head is contiguous).
+enum class HeadSharded { packed, head_major };
+FlashFwdArgs head_sharded_args(const UlyssesShape& s, const void* q, const void* k, const void* v, void* o,
+                               HeadSharded layout = HeadSharded::packed) {
   FlashFwdArgs a;
   a.problem.batch = s.batch;
   a.problem.seqlen_q = a.problem.seqlen_k = s.seqlen;
   a.problem.heads = s.local_heads();
   a.problem.head_dim = s.head_dim;
   a.problem.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  a.problem.q = a.problem.k = a.problem.v = a.problem.o = packed_bmhd_strides(s.seqlen, s.local_heads(), s.head_dim);
+  const std::int64_t M = s.seqlen, Hp = s.local_heads(), d = s.head_dim;
+  a.problem.q = a.problem.k = a.problem.v = a.problem.o =
+      layout == HeadSharded::packed ? packed_bmhd_strides(M, Hp, d) : BmhdStrides{Hp * M * d, d, M * d};
   a.q = q;
   a.k = k;
   a.v = v;
@@ -466,20 +483,26 @@ void UlyssesAttention::enqueue_post_all_to_all(const std::vector<UlyssesViews>& 
 
 void UlyssesAttention::enqueue_attention_fused(cudaStream_t stream) {
   poll();
-  enqueue_attention_fused_kernels(stream, false);
+  enqueue_attention_fused_kernels(stream, nullptr);
 }
 
-// The fused kernel of every held rank; `gated`: on the inboxes, waiting for the input chunks (fused_both).
-void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool gated) {
+// The fused kernel of every held rank. With `inputs` (fused_both): each on its inbox, waiting for the input chunks,
+// after its head start (PushOrder: with virtual ranks rank i's set is i, with real ranks there is one).
+void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, const std::vector<UlyssesViews>* inputs) {
   const std::int64_t head_sharded = head_sharded_bytes(shape_);
-  for (auto& r : ranks_) {
-    if (gated)
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    Rank* r = ranks_[i].get();
+    if (inputs != nullptr) {
+      const int set = rt_ ? 0 : static_cast<int>(i);
+      enqueue_pusher(*inputs, push_order_.head_start_first(set), push_order_.head_start_first(set + 1), current_device_facts().sm_count,
+                     kPushRunHeadStart, stream);
       flash_attention_forward_all_to_all(
-          head_sharded_args(shape_, r->inbox, r->inbox + head_sharded, r->inbox + 2 * head_sharded, nullptr), r->dst, opt_.store_path,
-          stream, r->inputs);
-    else
+          head_sharded_args(shape_, r->inbox, r->inbox + head_sharded, r->inbox + 2 * head_sharded, nullptr, HeadSharded::head_major),
+          r->dst, opt_.store_path, stream, r->inputs);
+    } else {
       flash_attention_forward_all_to_all(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), nullptr),
                                          r->dst, opt_.store_path, stream);
+    }
   }
   if (!rt_)
     for (auto& r : ranks_)
@@ -487,10 +510,15 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, bool
                     r->state.epoch_view(), r->state.wait_context());
 }
 
-// The pusher of every held rank, one kernel on `stream` (ulysses/layout.hpp's PushOrder has the order).
-void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+// The pusher of every held rank, one kernel of `ctas` CTAs on `stream`, for items [first_item, end_item) of
+// ulysses/layout.hpp's PushOrder, in runs of `run` units per warp.
+void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, int first_item, int end_item, int ctas, int run,
+                                      cudaStream_t stream) {
   Pusher p;
-  p.order = PushOrder{shape_, chunks_, rt_ ? ranks_[0]->rank : -1};
+  p.order = push_order_;
+  p.first_item = first_item;
+  p.end_item = end_item;
+  p.run = run;
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     XSTAGE_REQUIRE(views[i].q != nullptr && views[i].k != nullptr && views[i].v != nullptr, "Ulysses attention: Q, K and V must not be null");
     const int j = ranks_[i]->rank;
@@ -506,12 +534,12 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, cu
   }
   p.head_sharded_bytes = head_sharded_bytes(shape_);
   p.system_scope = rt_ != nullptr;
-  launch_kernel(pusher_kernel, push_ctas_, kPushThreads, 0, stream, p);
+  if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, stream, p);
 }
 
 std::int64_t UlyssesAttention::pushed_remote_bytes() const {
-  const PushOrder order{shape_, chunks_, rt_ ? ranks_[0]->rank : -1};
-  const std::int64_t row = static_cast<std::int64_t>(shape_.local_heads()) * shape_.head_dim * 2;
+  const PushOrder& order = push_order_;
+  const std::int64_t row = static_cast<std::int64_t>(shape_.head_dim) * 2;  // an item's rows are of one head
   std::int64_t bytes = 0;
   for (int i = 0; i < order.items(); ++i) {
     const PushItem it = order.item(i);
@@ -523,7 +551,7 @@ std::int64_t UlyssesAttention::pushed_remote_bytes() const {
 void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
   StartOfCall start;
   start.held = static_cast<int>(ranks_.size());
-  start.flags_per_rank = shape_.batch * chunks_.per_batch();
+  start.flags_per_rank = chunks_.flags(shape_.batch);
   for (std::size_t i = 0; i < ranks_.size(); ++i) start.flags[i] = const_cast<std::uint32_t*>(ranks_[i]->inputs.flags);
   if (rt_) {
     Rank& me = *ranks_[0];
@@ -546,8 +574,10 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
   enqueue_start_of_call(stream);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->fork, stream));
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork, 0));
-  enqueue_pusher(views, side_->stream);
-  enqueue_attention_fused_kernels(stream, true);
+  // Beside the attention kernels, on the SMs they leave: everything but the head starts, which run on every SM each
+  // before its kernel.
+  enqueue_pusher(views, push_order_.head_starts_end(), push_order_.items(), push_ctas_, kPushRunAlongside, side_->stream);
+  enqueue_attention_fused_kernels(stream, &views);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, side_->join, 0));
 }
@@ -560,7 +590,7 @@ void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views
   XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the pusher alone runs with virtual ranks only");
   poll();
   enqueue_start_of_call(stream);
-  enqueue_pusher(views, stream);
+  enqueue_pusher(views, 0, push_order_.items(), push_ctas_, kPushRunAlongside, stream);
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {

@@ -6,13 +6,14 @@
 //   fused_post  pre-attention all-to-all, then the attention kernel with the all-to-all in its epilogue
 //               (epilogue_all_to_all.hpp): each output tile goes straight into its owner's output window;
 //               then each rank copies this call's half of its window out (the paper's design);
-//   fused_both  the pre-attention all-to-all hidden too: a pusher kernel on a few SMs of its own (push_ctas)
-//               copies each rank's Q, K, V rows, chunk by chunk (InputChunks, PushOrder), straight from its inputs
-//               into every rank's head-sharded inbox (remote stores with real ranks), counting each chunk on its
-//               arrival flag, while the attention kernel (fused_post's) runs on the other SMs and waits per chunk
-//               before it loads rows; tiles walk from the last rows, where the pushes begin. A start-of-call
-//               kernel resets the flags and, with real ranks, runs a barrier, so that no rank pushes into an inbox
-//               its owner is still reading.
+//   fused_both  the pre-attention all-to-all hidden too: a pusher kernel copies each rank's Q, K, V rows, chunk by
+//               chunk and head by head (InputChunks, PushOrder), straight from its inputs into every rank's
+//               head-major inbox (remote stores with real ranks), counting each chunk on its arrival flag: first,
+//               on every SM, what the attention kernel's first wave needs (the head start), then, on a few SMs of
+//               its own (push_ctas), the rest while the attention kernel (fused_post's) runs on the other SMs and
+//               waits per chunk before it loads rows; tiles walk each head from its last rows, where its pushes
+//               begin. A start-of-call kernel resets the flags and, with real ranks, runs a barrier, so that no
+//               rank pushes into an inbox its owner is still reading.
 //
 // The ranks a process holds: one, with an NCCL communicator and symmetric windows (comm::Runtime; the
 // exchange is ncclAlltoAll, the epilogue's destinations LSA pointers), or all P on one GPU ("virtual ranks":
@@ -111,9 +112,9 @@ class UlyssesAttention {
   struct Rank;
   struct SideStream;
   void allocate(comm::Runtime* rt);
-  void enqueue_attention_fused_kernels(cudaStream_t stream, bool gated);
+  void enqueue_attention_fused_kernels(cudaStream_t stream, const std::vector<UlyssesViews>* inputs);
   void enqueue_start_of_call(cudaStream_t stream);  // fused_both: flags reset, with real ranks a barrier
-  void enqueue_pusher(const std::vector<UlyssesViews>& views, cudaStream_t stream);
+  void enqueue_pusher(const std::vector<UlyssesViews>& views, int first_item, int end_item, int ctas, int run, cudaStream_t stream);
   void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
                 cudaStream_t stream);
 
@@ -123,6 +124,7 @@ class UlyssesAttention {
   std::vector<std::unique_ptr<Rank>> ranks_;
   InputChunks chunks_;
   int push_ctas_ = 1;
+  PushOrder push_order_;  // fused_both's items, head starts first (the first waves' (batch, head)s)
   std::unique_ptr<SideStream> side_;
 };
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """The figure of docs/ATTENTION.md's fused_both section: one call of the Ulysses layer on two ranks, drawn as a
-timeline of what each rank's pusher CTAs and attention SMs do. A schematic of the protocol, not a measurement: the
+timeline of what each rank's pusher and attention SMs do. A schematic of the protocol, not a measurement: the
 durations are chosen to show the order of events (arbitrary units).
 
-Per rank, three lanes: its pusher (a few SMs of its own) pushing its own rows into rank 0's inbox and into rank
-1's (chunks from the last rows of its shard to the first, every receiver in turn, each chunk's Q, K and V rows
-followed by its arrival flag, a tick), and its attention SMs: the start-of-call kernel and barrier, then the attention kernel, whose tiles
-walk heads fastest from the last m-block and whose key/value loops run from the last rows to the first, waiting
-(hatched) where a chunk's flag has not arrived; the epilogue stores each finished tile into its owner's output
-window; then the copy-out.
+Per rank, three lanes: its pushes into rank 0's inbox and into rank 1's, and its attention SMs. After the start-of-call
+kernel and barrier, the head start: the pusher kernel on every SM pushes the first wave's head (head 0) of the rank's
+rows into both inboxes; then the attention kernel, one wave per head, whose tiles walk a head's m-blocks from the last
+and whose key/value loops run from the last rows to the first, waiting (hatched) where a chunk's flag has not arrived,
+while the pusher on a few SMs of its own pushes the next heads (chunks from the last rows of the rank's shard to the
+first, every receiver in turn, each chunk's Q, K and V rows of one head followed by its arrival flag, a tick); the
+epilogue stores each finished tile into its owner's output window; then the copy-out.
 
     python3 tools/attention/fused_both_figure.py [--out docs/figures/fused_both_timeline.png]
 """
@@ -19,37 +20,47 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
 from common import results  # noqa: E402
 
-CHUNKS = 4        # per source rank (the layer: about 16 per batch in all)
+HEADS = 3         # per rank; the first wave holds head 0
+CHUNKS = 3        # per source rank (the layer: about 64 per batch in all)
 T_START = 0.4     # the start-of-call kernel and barrier
-T_LOCAL = 0.35    # one chunk to this GPU's own inbox
-T_REMOTE = 0.8    # one chunk over NVLink
-T_BLOCK = 0.45    # the first wave's key/value loop over one chunk's rows
-WAVES = 3         # attention waves after the first
+T_HEAD_START = 0.5  # head 0 of the rank's rows into both inboxes, on every SM
+T_LOCAL = 0.35    # one chunk of one head to this GPU's own inbox, by the pusher beside the attention kernel
+T_REMOTE = 1.0    # one chunk of one head over NVLink
+T_BLOCK = 0.45    # a wave's key/value loop over one chunk's rows
 T_COPY_OUT = 0.6
 SOURCE_COLOURS = ("#4C72B0", "#DD8452")  # rows of rank 0's shard, of rank 1's
+HEAD_START_END = T_START + T_HEAD_START
 
 
 def pushes(src: int, dst: int):
-    """(start, end, chunk) of rank src's chunks into rank dst's inbox, last chunk first, after the start barrier."""
+    """(start, end, head, chunk) of rank src's chunks into rank dst's inbox by the pusher beside the attention kernel:
+    head by head from head 1, each from the last chunk of the shard, after the head start."""
     step = T_LOCAL if src == dst else T_REMOTE
-    return [(T_START + i * step, T_START + (i + 1) * step, CHUNKS - 1 - i) for i in range(CHUNKS)]
+    order = [(h, c) for h in range(1, HEADS) for c in reversed(range(CHUNKS))]
+    return [(HEAD_START_END + i * step, HEAD_START_END + (i + 1) * step, h, c) for i, (h, c) in enumerate(order)]
 
 
 def arrivals(receiver: int):
-    """When each (source, chunk) has arrived at `receiver`."""
-    return {(src, c): end for src in (0, 1) for _, end, c in pushes(src, receiver)}
+    """When each (head, source, chunk) has arrived at `receiver`: head 0 with the head start, the others pushed."""
+    out = {(0, src, c): HEAD_START_END for src in (0, 1) for c in range(CHUNKS)}
+    out.update({(h, src, c): end for src in (0, 1) for _, end, h, c in pushes(src, receiver)})
+    return out
 
 
-def first_wave(receiver: int):
-    """The first wave's key/value loop at `receiver`: blocks of rows from the sequence's end (source 1's last chunk)
-    to its start, each starting when the block before it is done and its chunk has arrived. (start, end, waited)."""
+def waves(receiver: int):
+    """The attention kernel at `receiver`, one wave per head: its key/value loop in blocks of rows from the sequence's
+    end (source 1's last chunk) to its start, each block starting when the one before is done and its chunk has
+    arrived. Per wave: [(ready, start, end, source)]."""
     arrived = arrivals(receiver)
-    t, out = T_START, []
-    for src in (1, 0):  # the sequence's end first: source 1's rows, then source 0's
-        for c in reversed(range(CHUNKS)):
-            start = max(t, arrived[(src, c)])
-            out.append((t, start, start + T_BLOCK))
-            t = start + T_BLOCK
+    t, out = HEAD_START_END, []
+    for h in range(HEADS):
+        blocks = []
+        for src in (1, 0):
+            for c in reversed(range(CHUNKS)):
+                start = max(t, arrived[(h, src, c)])
+                blocks.append((t, start, start + T_BLOCK, src))
+                t = start + T_BLOCK
+        out.append(blocks)
     return out
 
 
@@ -63,35 +74,37 @@ def main():
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(11, 5.2))
+    fig, ax = plt.subplots(figsize=(12, 5.2))
     lanes = []
     for rank in (0, 1):
         lanes += [(rank, "ce", 0), (rank, "ce", 1), (rank, "sm", None)]
     y_of = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
-    end_of_call = 0.0
+    end_of_call, waited = 0.0, False
     for rank in (0, 1):
         for dst in (0, 1):
             y = y_of[(rank, "ce", dst)]
-            for start, end, c in pushes(rank, dst):
+            ax.broken_barh([(T_START, T_HEAD_START)], (y - 0.3, 0.6), facecolors=SOURCE_COLOURS[rank], alpha=0.6, edgecolor="white",
+                           hatch="..")
+            ax.text(T_START + T_HEAD_START / 2, y, "h0", ha="center", va="center", fontsize=7, color="white")
+            ax.plot([HEAD_START_END] * 2, [y - 0.38, y + 0.38], color="black", lw=1.2)
+            for start, end, h, c in pushes(rank, dst):
                 ax.broken_barh([(start, end - start)], (y - 0.3, 0.6), facecolors=SOURCE_COLOURS[rank], edgecolor="white")
-                ax.text((start + end) / 2, y, f"c{c}", ha="center", va="center", fontsize=7, color="white")
+                ax.text((start + end) / 2, y, f"h{h}c{c}", ha="center", va="center", fontsize=6, color="white")
                 ax.plot([end, end], [y - 0.38, y + 0.38], color="black", lw=1.2)  # the arrival flag
         y = y_of[(rank, "sm", None)]
         ax.broken_barh([(0, T_START)], (y - 0.3, 0.6), facecolors="#999999")
         ax.text(T_START / 2, y - 0.42, "start,\nbarrier", ha="center", va="top", fontsize=7)
-        blocks = first_wave(rank)
-        for i, (ready, start, end) in enumerate(blocks):
-            if start > ready:
-                ax.broken_barh([(ready, start - ready)], (y - 0.3, 0.6), facecolors="white", edgecolor="#C44E52", hatch="///")
-            src = 1 if i < CHUNKS else 0
-            ax.broken_barh([(start, end - start)], (y - 0.3, 0.6), facecolors=SOURCE_COLOURS[src], alpha=0.45, edgecolor="white")
-        t = blocks[-1][2]
-        ax.text((blocks[0][1] + t) / 2, y + 0.36, "wave 1: K/V loops, last rows first", ha="center", va="bottom", fontsize=7)
-        wave = len(blocks) * T_BLOCK
-        for w in range(WAVES):
-            ax.broken_barh([(t, wave)], (y - 0.3, 0.6), facecolors="#8C8C8C", alpha=0.35, edgecolor="white")
-            ax.text(t + wave / 2, y, f"wave {w + 2}", ha="center", va="center", fontsize=7)
-            t += wave
+        ax.broken_barh([(T_START, T_HEAD_START)], (y - 0.3, 0.6), facecolors="#BBBBBB", hatch="..", edgecolor="white")
+        ax.text(T_START + T_HEAD_START / 2, y - 0.42, "head\nstart", ha="center", va="top", fontsize=7)
+        t = HEAD_START_END
+        for h, blocks in enumerate(waves(rank)):
+            for ready, start, end, src in blocks:
+                if start > ready:
+                    waited = True
+                    ax.broken_barh([(ready, start - ready)], (y - 0.3, 0.6), facecolors="white", edgecolor="#C44E52", hatch="///")
+                ax.broken_barh([(start, end - start)], (y - 0.3, 0.6), facecolors=SOURCE_COLOURS[src], alpha=0.45, edgecolor="white")
+            ax.text((blocks[0][1] + blocks[-1][2]) / 2, y + 0.36, f"wave {h + 1}: head {h}", ha="center", va="bottom", fontsize=7)
+            t = blocks[-1][2]
         ax.broken_barh([(t, T_COPY_OUT)], (y - 0.3, 0.6), facecolors="#55A868")
         ax.text(t + T_COPY_OUT / 2, y + 0.36, "copy-out", ha="center", va="bottom", fontsize=7)
         end_of_call = max(end_of_call, t + T_COPY_OUT)
@@ -103,12 +116,14 @@ def main():
     ax.set_xlim(0, end_of_call + 0.2)
     ax.set_ylim(-0.9, len(lanes) - 0.3)
     ax.set_xlabel("time (schematic: the order of events, not measured durations)")
-    ax.set_title("fused_both on two ranks: a pusher kernel pushes Q, K, V chunk by chunk while the attention kernel runs", fontsize=10)
-    ax.legend(handles=[Patch(facecolor=SOURCE_COLOURS[0], label="rows of rank 0's shard"),
-                       Patch(facecolor=SOURCE_COLOURS[1], label="rows of rank 1's shard"),
-                       Patch(facecolor="white", edgecolor="#C44E52", hatch="///", label="producer waits for a chunk's flag"),
-                       Patch(facecolor="black", label="| arrival flag (each pusher CTA adds 1)")],
-              loc="upper right", fontsize=7, ncol=2, framealpha=0.9)
+    ax.set_title("fused_both on two ranks: the first wave's head pushed on every SM, then the next heads pushed chunk by chunk "
+                 "while the attention kernel runs", fontsize=10)
+    handles = [Patch(facecolor=SOURCE_COLOURS[0], label="rows of rank 0's shard"),
+               Patch(facecolor=SOURCE_COLOURS[1], label="rows of rank 1's shard"),
+               Patch(facecolor="#BBBBBB", hatch="..", label="head start (every SM)"), Patch(facecolor="black", label="| arrival flag")]
+    if waited:
+        handles.append(Patch(facecolor="white", edgecolor="#C44E52", hatch="///", label="producer waits for a chunk's flag"))
+    ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=2, framealpha=0.9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results.save_png(fig, args.out, dpi=110)

@@ -5,7 +5,8 @@
 // On the Ulysses path that hides both all-to-alls (Params::inputs set), Q, K and V arrive while the kernel runs:
 // before each TMA load of Q or K (V's rows are K's) the producer waits, bounded, for the arrival flags of the
 // input chunks of the tile's head those rows lie in (ulysses/layout.hpp's InputChunks), remembering for its current
-// (batch, head) which chunks it has seen, so each flag is read about once per tile.
+// (batch, head) which chunks it has seen. A tile's first wait reads every flag of its head at once (the loads in
+// flight together), so a tile whose inputs are there pays one round trip, not one per chunk.
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
@@ -133,6 +134,27 @@ struct MainloopSm90 {
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
+  // The chunks of head h of batch b whose flags have reached their targets, read together (relaxed loads, then one
+  // acquire fence): one round trip to the L2 instead of one per chunk.
+  template <bool kSystem>
+  CUTE_DEVICE static std::uint64_t arrived_chunks(InputArrivals const& in, int b, int h) {
+    const InputChunks& c = in.chunks;
+    const std::uint32_t* flags = in.flags + c.flag(b, h, 0);
+    const std::uint32_t full = c.arrival_target(0), last = c.arrival_target(c.per_source - 1);
+    std::uint64_t arrived = 0;
+    for (int j = 0; j < c.ranks; ++j) {
+#pragma unroll 8
+      for (int k = 0; k < c.per_source; ++k) {
+        const std::uint32_t v = kSystem ? comm::ld_relaxed_sys(flags + k) : comm::ld_relaxed_gpu(flags + k);
+        if (static_cast<std::int32_t>(v - (k + 1 == c.per_source ? last : full)) >= 0) arrived |= std::uint64_t{1} << (j * c.per_source + k);
+      }
+      flags += c.per_source;
+    }
+    if (kSystem) comm::fence_acq_rel_sys();
+    else comm::fence_acq_rel_gpu();
+    return arrived;
+  }
+
   // Waits until rows [m0, m1) of head h of batch b have arrived (nothing to do without InputArrivals). A wait that
   // times out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
   // so the kernel ends and the host's poll() reports the timeout.
@@ -145,10 +167,15 @@ struct MainloopSm90 {
       w.head = tile.head;
       w.arrived = 0;
     }
-    bool waited = false;
+    bool waited = false, scanned = false;
     for (int m = m0; m < m1; m = in.chunks.next_chunk_row(m)) {
       const int i = in.chunks.index_of_row(m);
       if ((w.arrived >> i) & 1u) continue;
+      if (!scanned) {
+        w.arrived |= in.system_scope ? arrived_chunks<true>(in, b, tile.head) : arrived_chunks<false>(in, b, tile.head);
+        scanned = waited = true;
+        if ((w.arrived >> i) & 1u) continue;
+      }
       const int index = in.chunks.flag(b, tile.head, i), what = static_cast<int>(UlyssesWait::inputs);
       const std::uint32_t* flag = in.flags + index;
       if (in.system_scope) comm::wait_counter<true>(in.wait, flag, in.target(i), what, index);

@@ -230,31 +230,6 @@ TEST(UlyssesLayout, PushOrderOwesEveryChunkOnceInNeededOrder) {
         }
 }
 
-// The pusher's cursor walks PushOrder's items exactly as item(i) numbers them, from any item on.
-TEST(UlyssesLayout, PushCursorStepsLikeItem) {
-  for (int P : {1, 2, 3, 8})
-    for (int B : {1, 2})
-      for (int Ms : {5, 37, 1000})
-        for (int start_heads : {0, 1, 3, 100}) {
-          const UlyssesShape s{B, Ms * P, 3 * P, 64, P};
-          const InputChunks c = make_input_chunks(s);
-          for (int source = -1; source < P; ++source) {
-            const PushOrder order{s, c, source, start_heads};
-            for (int first : {0, 1, order.head_starts_end(), order.items() / 2, order.items() - 1}) {
-              if (first < 0 || first >= order.items()) continue;
-              PushCursor cursor = PushCursor::at(order, first);
-              for (int i = first; i < order.items(); ++i, cursor.next(order)) {
-                const PushItem want = order.item(i), got = cursor.it;
-                ASSERT_EQ(std::make_tuple(got.receiver, got.batch, got.head, got.source, got.chunk),
-                          std::make_tuple(want.receiver, want.batch, want.head, want.source, want.chunk))
-                    << "P=" << P << " B=" << B << " Ms=" << Ms << " start heads " << start_heads << " source " << source << " from " << first
-                    << ", item " << i;
-              }
-            }
-          }
-        }
-}
-
 // The first wave's (batch, head)s: its CTAs over the m-blocks of each head in turn.
 TEST(UlyssesLayout, FirstWaveHeadsCoverTheFirstWave) {
   EXPECT_EQ(first_wave_heads(128, 128), 1);  // M = 16384 at b_m = 128 on 128 SMs: one head
@@ -263,11 +238,39 @@ TEST(UlyssesLayout, FirstWaveHeadsCoverTheFirstWave) {
   EXPECT_EQ(first_wave_heads(5, 1), 5);
 }
 
+// The units of a (batch, head) block: locate(offset) names the item (its position in the block) and unit that counting
+// the block's items' units in order reaches, and every block has units_per_block() of them.
+TEST(UlyssesLayout, LocateCountsTheUnitsOfABlock) {
+  for (int P : {1, 2, 3, 8})
+    for (int Ms : {5, 37, 1000, 4096})
+      for (int d : {64, 128}) {
+        const UlyssesShape s{2, Ms * P, 3 * P, d, P};
+        const InputChunks c = make_input_chunks(s);
+        for (int source = -1; source < P; ++source) {
+          const PushOrder order{s, c, source, 1};
+          for (int block : {0, 1, order.sets() * order.heads() - 1}) {
+            const int first = block * order.items_per_head();  // the order's items as blocks, head starts first
+            int offset = 0;
+            for (int rest = 0; rest < order.items_per_head(); ++rest) {
+              const int n = 3 * c.units_per_tensor(order.item(first + rest).chunk);
+              for (int u = 0; u < n; ++u, ++offset) {
+                const PushOrder::Position at = order.locate(offset);
+                ASSERT_EQ(at.rest, rest) << "P=" << P << " Ms=" << Ms << " source " << source << " offset " << offset;
+                ASSERT_EQ(at.unit, u);
+                ASSERT_EQ(at.units, n);
+              }
+            }
+            EXPECT_EQ(offset, order.units_per_block());
+          }
+        }
+      }
+}
+
 // The pusher's units: each tensor of a chunk cut into runs of kPushUnitPieces pieces that cover its rows of one head
-// once; every unit of a launch goes to exactly one warp (unit g to warp (g / run) mod W; PushWarps' first unit, next
-// unit and counts agree with that), and over the call's two launches (the head start, runs of kPushRunHeadStart, then
-// the rest, runs of kPushRunAlongside, each numbering its units from 0) the warps' additions to each flag sum to the
-// target the attention kernel waits for.
+// once; a launch's warps, each going from one of its runs to the next as the kernel does (PushRuns, locate, item),
+// move every unit of the launch exactly once; and over the call's launches (each set's head start, runs of
+// kPushRunHeadStart, then the rest beside the attention kernels, runs of kPushRunAlongside, each numbering its units
+// from 0) the additions to each flag sum to the target the attention kernel waits for.
 TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
   struct Case {
     int B, Ms, heads_per_rank, d, P;
@@ -287,41 +290,31 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
       for (int source : {-1, k.P - 1}) {
         const PushOrder order{s, c, source, 2};
         std::map<int, std::uint32_t> added;  // by receiver·flags + flag: what the warps add
-        // One launch: items [first_item, end_item) over `warps`, its units numbered from 0.
-        auto launch = [&](int first_item, int end_item, const PushWarps warps) {
-          std::int64_t g = 0;  // the launch's unit number, counted out in full
-          int start = 0;
-          for (int i = first_item; i < end_item; ++i) {
-            const PushItem it = order.item(i);
-            const int n = 3 * c.units_per_tensor(it.chunk), Wn = warps.warps;
-            ASSERT_EQ(start, static_cast<int>(g % warps.cycle())) << "item " << i;
-            std::vector<int> by_warp(Wn, 0), first(Wn, -1), last(Wn, -1);
-            for (int u = 0; u < n; ++u) {
-              const int w = static_cast<int>((g + u) / warps.run % Wn);
-              if (by_warp[w]++ == 0) first[w] = u;
-              else ASSERT_EQ(warps.next_unit(last[w], start), u) << "warp " << w << " of " << Wn << ", item " << i;
-              last[w] = u;
-            }
-            for (int w = 0; w < Wn; ++w)
-              if (last[w] >= 0) ASSERT_GE(warps.next_unit(last[w], start), n) << "warp " << w << " of " << Wn << ", item " << i;
-            const int key = it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
-            for (int w = 0; w < Wn; ++w) {
-              ASSERT_EQ(warps.units_of(w, start, n), by_warp[w]) << "warp " << w << " of " << Wn << ", item " << i;
-              if (by_warp[w] > 0) {
-                ASSERT_EQ(warps.first_unit(w, start), first[w]) << "warp " << w << ", item " << i;
-              } else {
-                ASSERT_GE(warps.first_unit(w, start), n);
+        // One launch of items [first_item, end_item) over `runs`, as pusher_kernel walks it.
+        auto launch = [&](int first_item, int end_item, const PushRuns runs) {
+          const int per_block = order.items_per_head(), block_units = order.units_per_block();
+          ASSERT_EQ((end_item - first_item) % per_block, 0);
+          const std::int64_t units = static_cast<std::int64_t>(end_item - first_item) / per_block * block_units;
+          std::vector<int> moved(static_cast<std::size_t>(units), 0);
+          for (int w = 0; w < runs.warps; ++w)
+            for (std::int64_t g = runs.first_unit(w); g < units; g += runs.cycle()) {
+              const std::int64_t run_end = std::min<std::int64_t>(g + runs.run, units);
+              for (std::int64_t x = g; x < run_end;) {
+                const int block = static_cast<int>(x / block_units);
+                const PushOrder::Position at = order.locate(static_cast<int>(x - std::int64_t{block} * block_units));
+                const PushItem it = order.item(first_item + block * per_block + at.rest);
+                const int stop = static_cast<int>(std::min<std::int64_t>(at.units, at.unit + (run_end - x)));
+                ASSERT_GT(stop, at.unit);
+                for (int u = at.unit; u < stop; ++u) ++moved[static_cast<std::size_t>(x + u - at.unit)];
+                added[it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk))] += stop - at.unit;
+                x += stop - at.unit;
               }
-              added[key] += static_cast<std::uint32_t>(warps.units_of(w, start, n));
             }
-            g += n;
-            start = warps.next_start(start, n);
-          }
+          for (std::size_t u = 0; u < moved.size(); ++u) ASSERT_EQ(moved[u], 1) << "unit " << u << " of " << runs.warps << " warps";
         };
-        // The call's launches: each set's head start on many warps, then the rest beside the attention kernels.
         for (int set = 0; set < order.sets(); ++set)
-          launch(order.head_start_first(set), order.head_start_first(set + 1), PushWarps{4 * W + 3, kPushRunHeadStart});
-        launch(order.head_starts_end(), order.items(), PushWarps{W, kPushRunAlongside});
+          launch(order.head_start_first(set), order.head_start_first(set + 1), PushRuns{4 * W + 3, kPushRunHeadStart});
+        launch(order.head_starts_end(), order.items(), PushRuns{W, kPushRunAlongside});
         // Every flag a receiver's kernel waits on reaches exactly its target (InputArrivals::target).
         InputArrivals in;
         in.chunks = c;

@@ -91,9 +91,9 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 
 // fused_both's pusher: `gridDim.x` CTAs walk PushOrder's items [first_item, end_item), every item cut into units
 // (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, one head of each row, d·2 bytes at the
-// input's row pitch, contiguous in the head-major inbox) and the units shared by the warps (PushWarps: runs of `run`
+// input's row pitch, contiguous in the head-major inbox) and the units shared by the warps (PushRuns: runs of `run`
 // consecutive units, run j to warp j mod W, the warps numbered CTA-fastest so that consecutive runs go to different
-// SMs). It runs twice a call: on every SM before the attention kernel for the first wave's heads (the head start),
+// SMs; a warp goes from one of its runs to the next, PushOrder::locate finding each unit's item). It runs twice a call: on every SM before the attention kernel for the first wave's heads (the head start),
 // then on SMs of its own (the attention kernel leaves them) beside it for the rest. A warp streams: per unit each lane
 // issues kPushUnroll 16-byte loads, then signals the item it finished before (if this unit starts a new one), then
 // stores. No CTA-wide barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores
@@ -109,7 +109,7 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 struct Pusher {
   PushOrder order;
   int first_item = 0, end_item = 0;  // the items of this launch
-  int run = kPushRunAlongside;       // PushWarps::run
+  int run = kPushRunAlongside;       // PushRuns::run
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
   const std::uint8_t* k[kMaxUlyssesRanks] = {};
   const std::uint8_t* v[kMaxUlyssesRanks] = {};
@@ -143,47 +143,53 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const int width = c.row_pieces;                     // 16-byte pieces of one row of one head
   const int src_row = s.heads * s.head_dim * 2 / 16;  // pieces between rows of an input
   const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
-  const PushWarps warps{static_cast<int>(gridDim.x * blockDim.x / 32), p.run};
+  const PushRuns runs{static_cast<int>(gridDim.x * blockDim.x / 32), p.run};
   const int warp = static_cast<int>(threadIdx.x / 32 * gridDim.x + blockIdx.x), lane = static_cast<int>(threadIdx.x % 32);
   const PieceWalk walk(width);
+  const PushOrder& order = p.order;
+  // The launch covers whole (batch, head) blocks of equal units (PushOrder::units_per_block).
+  const int block_units = order.units_per_block(), per_block = order.items_per_head();
+  const std::int64_t units = static_cast<std::int64_t>(p.end_item - p.first_item) / per_block * block_units;
   std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
   std::uint32_t pending_units = 0;
-  int start = 0;  // the first unit of item i, modulo the warps
-  PushCursor cursor = PushCursor::at(p.order, p.first_item);
-  for (int i = p.first_item; i < p.end_item; ++i, cursor.next(p.order)) {
-    const PushItem& it = cursor.it;
-    const int per_tensor = c.units_per_tensor(it.chunk), n = 3 * per_tensor;
-    const int item_start = start, first = warps.first_unit(warp, item_start);
-    start = warps.next_start(start, n);
-    if (first >= n) continue;
-    const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
-    // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
-    const std::int64_t first_row = c.first_row(it.source, it.chunk);
-    const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + (it.receiver * c.heads + it.head) * width;
-    const uint4* const src_of[3] = {reinterpret_cast<const uint4*>(p.q[it.source]) + src_base,
-                                    reinterpret_cast<const uint4*>(p.k[it.source]) + src_base,
-                                    reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
-    uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + ((std::int64_t{it.batch} * c.heads + it.head) * M + first_row) * width;
-    std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
-    for (int u = first; u < n; u = warps.next_unit(u, item_start)) {
-      const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
-      const uint4* const src = src_of[t];
-      uint4* const dst = dst0 + t * tensor_stride + x0;
-      uint4 v[kPushUnroll];
-      int r = x0 / width, col = x0 - r * width;
+  for (std::int64_t g = runs.first_unit(warp); g < units; g += runs.cycle()) {  // each of this warp's runs
+    const std::int64_t run_end = g + p.run < units ? g + p.run : units;
+    for (std::int64_t x = g; x < run_end;) {  // the items this run crosses
+      const int block = static_cast<int>(x / block_units);
+      const PushOrder::Position at = order.locate(static_cast<int>(x - std::int64_t{block} * block_units));
+      const PushItem it = order.item(p.first_item + block * per_block + at.rest);
+      const int per_tensor = c.units_per_tensor(it.chunk);
+      const int stop = static_cast<int>(run_end - x < at.units - at.unit ? at.unit + (run_end - x) : at.units);
+      x += stop - at.unit;
+      const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
+      // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
+      const std::int64_t first_row = c.first_row(it.source, it.chunk);
+      const std::int64_t src_base = (it.batch * Ms + (first_row - it.source * Ms)) * src_row + (it.receiver * c.heads + it.head) * width;
+      const uint4* const src_of[3] = {reinterpret_cast<const uint4*>(p.q[it.source]) + src_base,
+                                      reinterpret_cast<const uint4*>(p.k[it.source]) + src_base,
+                                      reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
+      uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + ((std::int64_t{it.batch} * c.heads + it.head) * M + first_row) * width;
+      std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
+      for (int u = at.unit; u < stop; ++u) {
+        const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
+        const uint4* const src = src_of[t];
+        uint4* const dst = dst0 + t * tensor_stride + x0;
+        uint4 v[kPushUnroll];
+        int r = x0 / width, col = x0 - r * width;
 #pragma unroll
-      for (int k = 0; k < kPushUnroll; ++k) {
-        if (x0 + 32 * k < pieces) v[k] = __ldcs(src + (r * src_row + col));
-        walk.next(r, col);
-      }
-      if (pending != nullptr && pending != flag) {
-        push_signal(pending, pending_units, p.system_scope);
-        pending_units = 0;
-      }
+        for (int k = 0; k < kPushUnroll; ++k) {
+          if (x0 + 32 * k < pieces) v[k] = __ldcs(src + (r * src_row + col));
+          walk.next(r, col);
+        }
+        if (pending != nullptr && pending != flag) {
+          push_signal(pending, pending_units, p.system_scope);
+          pending_units = 0;
+        }
 #pragma unroll
-      for (int k = 0; k < kPushUnroll; ++k) comm::st_global_v4_if(dst + 32 * k, v[k], x0 + 32 * k < pieces);
-      pending = flag;
-      ++pending_units;
+        for (int k = 0; k < kPushUnroll; ++k) comm::st_global_v4_if(dst + 32 * k, v[k], x0 + 32 * k < pieces);
+        pending = flag;
+        ++pending_units;
+      }
     }
   }
   if (pending != nullptr) push_signal(pending, pending_units, p.system_scope);

@@ -161,6 +161,32 @@ struct PushOrder {
   XSTAGE_HD constexpr int head_start_first(int r) const { return r * start_heads() * items_per_head(); }
   XSTAGE_HD constexpr int head_starts_end() const { return head_start_first(sets()); }
 
+  // Units: every (batch, head) block of a set has the same items, so the same units (a chunk's three tensors of one
+  // head, InputChunks::units_per_tensor), and a launch covers whole blocks. The item at position `rest` of a block
+  // (0 .. items_per_head()) is the shorter last chunk of a source first, then its full chunks (virtual ranks), or the
+  // last chunk to every receiver first, then the full ones (real ranks).
+  XSTAGE_HD constexpr int units_last() const { return 3 * chunks.units_per_tensor(chunks.per_source - 1); }
+  XSTAGE_HD constexpr int units_full() const { return 3 * chunks.units_per_tensor(0); }
+  XSTAGE_HD constexpr int units_per_block() const { return shape.ranks * (units_last() + (chunks.per_source - 1) * units_full()); }
+  struct Position {
+    int rest;  // the item within its block
+    int unit;  // the unit within its item
+    int units;  // the item's units
+  };
+  // Where unit `offset` (0 .. units_per_block()) of a block lies.
+  XSTAGE_HD constexpr Position locate(int offset) const {
+    const int last = units_last(), full = units_full();
+    if (source < 0) {
+      const int per_source = last + (chunks.per_source - 1) * full, group = offset / per_source, o = offset - group * per_source;
+      if (o < last) return {group * chunks.per_source, o, last};
+      const int q = (o - last) / full;
+      return {group * chunks.per_source + 1 + q, o - last - q * full, full};
+    }
+    if (offset < shape.ranks * last) return {offset / last, offset % last, last};
+    const int o = offset - shape.ranks * last, q = o / full;
+    return {shape.ranks + q, o - q * full, full};
+  }
+
   XSTAGE_HD constexpr PushItem item(int i) const {
     const int per_start = start_heads() * items_per_head(), per_rest = (heads() - start_heads()) * items_per_head();
     int set, local;  // the item's set, and its index within the set in (batch, head), chunk order
@@ -181,113 +207,27 @@ struct PushOrder {
   }
 };
 
-// PushOrder's items from item i on, one step at a time with no division per step: each of the pusher's warps walks
-// every item of its launch, and with one head's chunks as items (thousands a call) item(i)'s divisions cost more than
-// the warp's share of the copies. Equal to item(i), item(i + 1), ... (a CPU test walks both).
-struct PushCursor {
-  PushItem it;
-  int segment = 0;  // 0: the head starts, 1: the rest
-  int set = 0, bh = 0, rest = 0;
-
-  XSTAGE_HD constexpr static PushCursor at(const PushOrder& o, int i) {
-    PushCursor c;
-    c.it = o.item(i);
-    c.segment = i < o.head_starts_end() ? 0 : 1;
-    c.set = o.source < 0 ? c.it.receiver : 0;
-    c.bh = c.it.batch * o.chunks.heads + c.it.head;
-    c.rest = o.source < 0 ? o.chunks.per_batch() - 1 - o.chunks.in_batch(c.it.source, c.it.chunk)
-                          : (o.chunks.per_source - 1 - c.it.chunk) * o.shape.ranks + (c.it.receiver - o.source - 1 + 2 * o.shape.ranks) % o.shape.ranks;
-    return c;
-  }
-
-  XSTAGE_HD constexpr void next(const PushOrder& o) {
-    const InputChunks& ch = o.chunks;
-    if (++rest < o.items_per_head()) {
-      if (o.source < 0) {  // the next chunk towards the sequence's start
-        if (--it.chunk < 0) {
-          it.chunk = ch.per_source - 1;
-          --it.source;
-        }
-      } else {  // every receiver in turn, then the chunk before
-        it.receiver = it.receiver + 1 == o.shape.ranks ? 0 : it.receiver + 1;
-        if (it.receiver == first_receiver(o)) --it.chunk;
-      }
-      return;
-    }
-    rest = 0;
-    ++bh;
-    if (bh == (segment == 0 ? o.start_heads() : o.heads())) {
-      ++set;
-      bh = segment == 0 ? 0 : o.start_heads();
-      if (segment == 0 && set == o.sets()) {
-        segment = 1;
-        set = 0;
-        bh = o.start_heads();
-      }
-    }
-    it.batch = bh / ch.heads;
-    it.head = bh % ch.heads;
-    if (o.source < 0) {
-      it.receiver = set;
-      it.source = o.shape.ranks - 1;
-    } else {
-      it.receiver = first_receiver(o);
-    }
-    it.chunk = ch.per_source - 1;
-  }
-  // Real ranks: the receiver of a chunk's first push (the rank after this one).
-  XSTAGE_HD constexpr static int first_receiver(const PushOrder& o) { return o.source + 1 == o.shape.ranks ? 0 : o.source + 1; }
-};
-
 // The (batch, head)s whose tiles the first wave of an attention kernel of `ctas` persistent CTAs holds, its tiles
 // walked m-blocks fastest (`m_blocks` per head).
 XSTAGE_HD constexpr int first_wave_heads(int ctas, int m_blocks) { return (ctas + m_blocks - 1) / m_blocks; }
 
-// How the pusher's `warps` warps share the units: the units of the items it pushes, in PushOrder's order, numbered
-// on from 0 (an item's first unit is number `start`, the units of the items before it), in runs of `run` consecutive
-// units, and run j goes to warp j mod warps. A warp signals a chunk when it moves on to another one (a fence that
-// waits for all of its loads and stores in flight), so runs of several units pay that once per run · 4 KB instead of
-// once per unit or two (with one unit a turn, a chunk's units over 128 warps gave each warp 1.5 of them):
-// kPushRunAlongside for the pusher beside the attention kernel. The head start, on every SM with few units per
-// warp, takes runs of one (kPushRunHeadStart), so that all of its warps have loads in flight. All warps still work on
-// the same item or two at any moment (items arrive in order), and each gets an equal share within a run whatever the
-// items' sizes. A warp walks the items keeping `start` modulo run · warps (the unit count of a call can pass 2^31 at
-// large B·M), and needs, per item of n units, its first one, the next one after each, and how many it has.
+// How a launch of the pusher shares its units among its `warps` warps: the units of its items, in PushOrder's order,
+// numbered on from 0, in runs of `run` consecutive units, run j to warp j mod warps. A warp signals a chunk when it
+// moves on to another one (a fence that waits for all of its loads and stores in flight), so runs of several units
+// pay that once per run · 4 KB instead of once per unit or two: kPushRunAlongside for the pusher beside the attention
+// kernel. The head start, on every SM with few units per warp, takes runs of one (kPushRunHeadStart), so that all of
+// its warps have loads in flight. A warp goes from one of its runs straight to the next (PushOrder::locate finds the
+// item of a unit), never through the items in between: with one head's chunks as items a launch has thousands, and a
+// walk over all of them by every warp took longer than the copies (results/h200/attention/2026-12-02-fused-both-by-head).
 inline constexpr int kPushRunAlongside = 8;
 inline constexpr int kPushRunHeadStart = 1;
 
-struct PushWarps {
+struct PushRuns {
   int warps = 1;
   int run = kPushRunAlongside;
 
-  XSTAGE_HD constexpr int cycle() const { return run * warps; }
-  // The index within an item (first unit number `start_mod`, in [0, cycle())) of warp w's first unit (>= n: none).
-  XSTAGE_HD constexpr int first_unit(int w, int start_mod) const {
-    const int d = w * run - start_mod;  // where warp w's run of this cycle starts, from the item's first unit: (-cycle, cycle)
-    return d <= 0 && d > -run ? 0 : d > 0 ? d : d + cycle();
-  }
-  // Warp w's next unit of the item after its unit u.
-  XSTAGE_HD constexpr int next_unit(int u, int start_mod) const {
-    return (start_mod + u + 1) % run != 0 ? u + 1 : u + 1 + run * (warps - 1);
-  }
-  // Warp w's units of an item of n units.
-  XSTAGE_HD constexpr int units_of(int w, int start_mod, int n) const {
-    const int f = first_unit(w, start_mod);
-    if (f >= n) return 0;
-    const int first_run_end = f + run - (start_mod + f) % run;  // the item may begin inside warp w's run
-    int count = (n < first_run_end ? n : first_run_end) - f;
-    const int next_run = first_run_end + run * (warps - 1);
-    if (next_run < n) {
-      const int rest = n - next_run, partial = rest % cycle();
-      count += rest / cycle() * run + (partial < run ? partial : run);
-    }
-    return count;
-  }
-  // The next item's start_mod after one of n units (a division only when n is a cycle or more).
-  XSTAGE_HD constexpr int next_start(int start_mod, int n) const {
-    const int s = start_mod + (n < cycle() ? n : n % cycle());
-    return s < cycle() ? s : s - cycle();
-  }
+  XSTAGE_HD constexpr std::int64_t cycle() const { return static_cast<std::int64_t>(run) * warps; }
+  XSTAGE_HD constexpr std::int64_t first_unit(int warp) const { return static_cast<std::int64_t>(warp) * run; }
 };
 
 // The pusher's CTAs (SMs), 1 to kMaxPushCtas, for an attention kernel of `tiles` tiles on the other SMs of `sms`: the

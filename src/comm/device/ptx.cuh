@@ -21,6 +21,18 @@ __device__ __forceinline__ std::uint32_t ld_acquire_sys(const std::uint32_t* p) 
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Relaxed loads of a flag: several in flight at once (an acquire load waits before the next); a fence.acq_rel
+// after them makes the values they saw an acquire.
+__device__ __forceinline__ std::uint32_t ld_relaxed_gpu(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ std::uint32_t ld_relaxed_sys(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ int ld_relaxed_sys(const int* p) {
   int v;
   asm volatile("ld.relaxed.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

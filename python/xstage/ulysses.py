@@ -5,8 +5,8 @@ same shard of the attention output over the whole sequence: the pre-attention al
 heads/P heads), xstage's FlashAttention on them, and the post-attention all-to-all back. Three paths
 (docs/ATTENTION.md): "serial" (NCCL all-to-all, attention, NCCL all-to-all), "fused_post" (the post-attention
 all-to-all inside the attention kernel's epilogue, straight into the owners' NVLink windows) and "fused_both"
-(that, and a pusher kernel on a few SMs of its own copies Q, K and V into every rank's inbox chunk by chunk
-while the attention kernel runs). DEFAULT_ULYSSES_PATH is the measured best; every other caller (xstage.diffusers) takes it from here.
+(that, and Q, K and V pushed into every rank's inbox head by head: the first wave's heads on every SM before the
+attention kernel, the rest chunk by chunk by a pusher kernel on a few SMs of its own while it runs). DEFAULT_ULYSSES_PATH is the measured best; every other caller (xstage.diffusers) takes it from here.
 Registered as
 torch.ops.xstage.ulysses_attention (xstage._ops: torch.library, with a fake implementation that needs no
 communicator), on the current CUDA stream, no host synchronisation: torch.compile(fullgraph=True) and CUDA

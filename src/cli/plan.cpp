@@ -120,6 +120,8 @@ struct AttentionOptions {
   long ranks = 0;  // Ulysses P; 0: every output row leaves the rank (the paper's worst case)
   std::string t_qk, t_lat = "1us";
   long sms = 0;
+  double push_gbps = 0.0;  // fused_both: the pusher's rate beside the kernel (0: no fused_both audit)
+  int in_bytes = 2;
 };
 
 // A tile or Q-loop time, given (`option`) or derived from throughput options (named in `option` too).
@@ -1029,6 +1031,11 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
   const double B = attention_tile_bytes(k.b_m, k.head_dim, k.out_bytes);
   const PlatformLookup look = lookup(platform, k.K, B);
   const AttentionAudit a = with_option_name(o.sigma.empty() ? "--tflops" : "--sigma", [&] { return audit_attention(look.point, k, o.seq_lens); });
+  std::vector<PushPoint> push;
+  if (o.push_gbps > 0.0) {
+    if (o.ranks < 2) throw InputError("--push-gbps audits fused_both, which pushes to other ranks: give --ranks P >= 2");
+    push = with_option_name("--push-gbps", [&] { return audit_push(look.point, a, o.push_gbps, o.in_bytes, static_cast<int>(o.ranks)); });
+  }
 
   {
     json points = json::array();
@@ -1045,7 +1052,19 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                         {"E_tail_ns", pt.E_tail_ns},
                         {"E_res_ns", pt.E_res_ns},
                         {"design_test", design_test_json(pt.test)}});
-    const json doc = {{"kind", "attention"},
+    json fused_both = json::array();
+    for (const PushPoint& q : push)
+      fused_both.push_back({{"M", q.M},
+                            {"first_wave_heads", q.first_wave_heads},
+                            {"head_start_bytes", q.head_start_bytes},
+                            {"head_start_ns", q.head_start_ns},
+                            {"wave_ns", q.wave_ns},
+                            {"wave_bytes", q.wave_bytes},
+                            {"stall_per_wave_ns", q.stall_per_wave_ns},
+                            {"E_push_ns", q.E_push_ns},
+                            {"pre_all_to_all_ns", q.pre_all_to_all_ns},
+                            {"hidden_fraction", q.hidden_fraction}});
+    json doc = {{"kind", "attention"},
                {"platform", platform_json(platform, look)},
                {"kernel", {{"b_m", k.b_m}, {"b_n", k.b_n}, {"head_dim", k.head_dim}, {"out_bytes", k.out_bytes},
                            {"K", k.K}, {"sigma_ns", k.sigma_ns}, {"G_QK_ns", k.G_QK_ns}, {"T_lat_ns", k.T_lat_ns},
@@ -1059,6 +1078,7 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                {"verdict", verdict_id(a.verdict)},
                {"action", a.action},
                {"seq_lens", points}};
+    if (!push.empty()) doc["fused_both"] = {{"push_GBps", o.push_gbps}, {"in_bytes", o.in_bytes}, {"seq_lens", fused_both}};
     require_sane_result(doc);
     if (common.json) return emit_json(doc);
   }
@@ -1083,6 +1103,19 @@ void run_attention(const CommonOptions& common, const AttentionOptions& o) {
                 format_time_ns(pt.E_res_ns).c_str(), format_time_ns(pt.E_cc_ns).c_str(), to_string(pt.test.verdict));
   std::printf("\nE_res = E_drain + the last wave's drain V/R + T_lat (X-Stage: flat in M); E_cc = completion-coupled (grows with M)\n");
   std::printf("\nverdict   %s\naction    %s\n", to_string(a.verdict), a.action.c_str());
+  if (push.empty()) return;
+  std::printf("\nfused_both (the pre-attention all-to-all pushed head by head; pusher beside the kernel %s, P = %ld):\n",
+              format_rate(o.push_gbps).c_str(), o.ranks);
+  std::printf("%9s %6s %12s %11s %11s %11s %11s %12s %8s\n", "M", "heads1", "head start", "wave", "wave bytes", "stall/wave",
+              "E_push", "pre-A2A", "hidden");
+  for (const PushPoint& q : push)
+    std::printf("%9lld %6lld %12s %11s %11s %11s %11s %12s %8s\n", static_cast<long long>(q.M), static_cast<long long>(q.first_wave_heads),
+                format_time_ns(q.head_start_ns).c_str(), format_time_ns(q.wave_ns).c_str(), format_bytes(q.wave_bytes).c_str(),
+                format_time_ns(q.stall_per_wave_ns).c_str(), format_time_ns(q.E_push_ns).c_str(),
+                format_time_ns(q.pre_all_to_all_ns).c_str(), format_percent(q.hidden_fraction).c_str());
+  std::printf("\nheads1: the first wave's heads, pushed on every SM before the kernel (remote part at R); E_push = head start +\n"
+              "(N_t - 1) x stall; hidden = 1 - E_push / the exposed pre-attention all-to-all (remote bytes / R). Not modelled:\n"
+              "the copy-out (fused_post pays it too) and the waits' cost inside the attention kernel.\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1167,6 +1200,10 @@ void add_attention(CLI::App* plan, std::shared_ptr<CommonOptions> common) {
   cmd->add_option("--t-qk", o->t_qk, "double-buffered cover window G_QK (default sigma/2, one QK^T mainloop)");
   cmd->add_option("--t-lat", o->t_lat, "fixed completion latency for the completion-coupled counterfactual (default 1us)");
   add_integer(cmd, "--sms", o->sms, 1, kMaxSmCount, "SM count for --tflops and the default K (default: the platform's sm_count)");
+  add_number(cmd, "--push-gbps", o->push_gbps, 1.0, 1e5,
+             "fused_both: also audit the pre-attention all-to-all pushed head by head, by a pusher moving this many GB/s "
+             "beside the kernel (needs --ranks >= 2)");
+  add_integer(cmd, "--in-bytes", o->in_bytes, 1, 8, "fused_both: bytes per Q, K, V element (default 2, bf16)");
   cmd->callback([common, o] { run_attention(*common, *o); });
 }
 

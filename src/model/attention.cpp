@@ -100,6 +100,34 @@ double sigma_from_throughput_ns(int b_m, int b_n, int head_dim, double tflops, i
   return per_sm_time_ns(4.0 * b_m * b_n * head_dim, tflops, K_SM);
 }
 
+std::vector<PushPoint> audit_push(const PlatformPoint& p, const AttentionAudit& a, double R_push_bytes_per_ns, int in_bytes,
+                                  int ranks) {
+  validate_platform_point(p);
+  if (!(R_push_bytes_per_ns > 0.0)) throw InputError("the pusher's rate must be positive");
+  if (in_bytes <= 0) throw InputError("bytes per Q, K, V element must be positive");
+  if (ranks < 2) throw InputError("fused_both pushes to other ranks: give P >= 2 Ulysses ranks");
+  const AttentionKernel& k = a.kernel;
+  const double P = ranks, head_bytes = 3.0 * in_bytes * static_cast<double>(k.head_dim);  // one row of Q, K, V of one head
+  std::vector<PushPoint> out;
+  for (const AttentionPoint& pt : a.points) {
+    PushPoint q;
+    q.M = pt.M;
+    const std::int64_t m_blocks = ceil_div(pt.M, k.b_m), heads = k.heads * k.batch;
+    q.first_wave_heads = std::min(heads, ceil_div(k.K, m_blocks));
+    const double per_head = head_bytes * static_cast<double>(pt.M);  // one head's rows from one rank to all ranks
+    q.head_start_bytes = static_cast<double>(q.first_wave_heads) * per_head * (P - 1.0) / P;
+    q.head_start_ns = q.head_start_bytes / p.R_bytes_per_ns;
+    q.wave_ns = pt.G_Qloop_ns;
+    q.wave_bytes = std::min(static_cast<double>(heads), static_cast<double>(k.K) / static_cast<double>(m_blocks)) * per_head;
+    q.stall_per_wave_ns = std::max(0.0, q.wave_bytes / R_push_bytes_per_ns - q.wave_ns);
+    q.E_push_ns = q.head_start_ns + static_cast<double>(std::max<std::int64_t>(pt.N_t - 1, 0)) * q.stall_per_wave_ns;
+    q.pre_all_to_all_ns = static_cast<double>(heads) * per_head * (P - 1.0) / P / p.R_bytes_per_ns;
+    q.hidden_fraction = 1.0 - q.E_push_ns / q.pre_all_to_all_ns;
+    out.push_back(q);
+  }
+  return out;
+}
+
 AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& k,
                                const std::vector<std::int64_t>& seq_lens) {
   validate_platform_point(p);

@@ -78,4 +78,29 @@ struct AttentionAudit {
 AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& kernel,
                                const std::vector<std::int64_t>& seq_lens);
 
+// The Ulysses layer that hides the pre-attention all-to-all too (fused_both, beyond the paper; docs/ATTENTION.md):
+// the kernel's tiles walk each head's m-blocks in turn, so a wave of K CTAs consumes K / ceil(M/b_m) heads per Q-loop
+// time G_Qloop(M); before the kernel each rank pushes its rows of the first wave's heads to every rank on every SM
+// (the head start, its remote part at the platform's drain rate R); the pusher beside the kernel then has to push the
+// next wave's heads within a wave: each rank its M/P rows of each head to all P ranks, 3·M·d·s_in bytes per head.
+// What the model leaves out: the copy-out of the output window (fused_post pays it too) and any cost of the waits in
+// the attention kernel itself.
+struct PushPoint {
+  std::int64_t M = 0;
+  std::int64_t first_wave_heads = 0;  // min(heads·batch, ceil(K / ceil(M/b_m)))
+  double head_start_bytes = 0.0;      // remote bytes one rank pushes before its kernel
+  double head_start_ns = 0.0;         // head_start_bytes / R
+  double wave_ns = 0.0;               // G_Qloop(M): one wave of tiles
+  double wave_bytes = 0.0;            // what one rank's pusher moves for the next wave: K/ceil(M/b_m) heads (at most all)
+  double stall_per_wave_ns = 0.0;     // [wave_bytes / R_push − wave_ns]+
+  double E_push_ns = 0.0;             // head start + (N_t − 1)·stall: what fused_both adds to the fused kernel
+  double pre_all_to_all_ns = 0.0;     // the exposed pre-attention exchange of serial and fused_post: remote bytes / R
+  double hidden_fraction = 0.0;       // 1 − E_push / pre_all_to_all (negative: fused_both loses to the exchange)
+};
+
+// `R_push_bytes_per_ns`: the pusher beside the kernel, all of its SMs together; `in_bytes`: bytes per Q, K, V element;
+// `ranks`: P >= 2. Throws InputError for non-positive rates or sizes, or P < 2.
+std::vector<PushPoint> audit_push(const PlatformPoint& p, const AttentionAudit& audit, double R_push_bytes_per_ns, int in_bytes,
+                                  int ranks);
+
 }  // namespace xstage::model

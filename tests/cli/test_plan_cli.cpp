@@ -132,6 +132,23 @@ TEST(PlanCli, AttentionSufficientLength) {
   EXPECT_EQ(doc.at("verdict"), "piggyback");
   EXPECT_EQ(doc.at("seq_lens").size(), 2u);
   EXPECT_DOUBLE_EQ(doc.at("seq_lens").at(0).at("E_drain_ns").get<double>(), 0.0);
+  EXPECT_FALSE(doc.contains("fused_both"));
+}
+
+TEST(PlanCli, AttentionFusedBothPushAudit) {
+  const CliRun r = xstage("plan " + kPaper + "attention -M 4096,16384 --sigma 1us --heads 4 --ranks 2 -K 128 --push-gbps 150");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "fused_both (the pre-attention all-to-all pushed head by head");
+  const CliRun j = xstage("plan " + kPaper + "attention -M 4096,16384 --sigma 1us --heads 4 --ranks 2 -K 128 --push-gbps 150 --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const nlohmann::json fb = nlohmann::json::parse(j.out).at("fused_both");
+  EXPECT_DOUBLE_EQ(fb.at("push_GBps").get<double>(), 150.0);
+  ASSERT_EQ(fb.at("seq_lens").size(), 2u);
+  EXPECT_EQ(fb.at("seq_lens").at(0).at("first_wave_heads"), 4);  // 32 m-blocks per head: every head in the first wave
+  EXPECT_EQ(fb.at("seq_lens").at(1).at("first_wave_heads"), 1);
+  EXPECT_GT(fb.at("seq_lens").at(1).at("hidden_fraction").get<double>(), 0.5);
+  expect_input_error("plan attention -M 4096 --sigma 1us --push-gbps 150", "--ranks P >= 2");
+  expect_input_error("plan attention -M 4096 --sigma 1us --ranks 2 --push-gbps 0", "--push-gbps");
 }
 
 TEST(PlanCli, BadInputsExitTwoWithAMessage) {

@@ -292,22 +292,20 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
         std::map<int, std::uint32_t> added;  // by receiver·flags + flag: what the warps add
         // One launch of items [first_item, end_item) over `runs`, as pusher_kernel walks it.
         auto launch = [&](int first_item, int end_item, const PushRuns runs) {
-          const int per_block = order.items_per_head(), block_units = order.units_per_block();
-          ASSERT_EQ((end_item - first_item) % per_block, 0);
-          const std::int64_t units = static_cast<std::int64_t>(end_item - first_item) / per_block * block_units;
+          ASSERT_EQ((end_item - first_item) % order.items_per_head(), 0);
+          const std::int64_t units = order.launch_units(first_item, end_item);
           std::vector<int> moved(static_cast<std::size_t>(units), 0);
           for (int w = 0; w < runs.warps; ++w)
             for (std::int64_t g = runs.first_unit(w); g < units; g += runs.cycle()) {
               const std::int64_t run_end = std::min<std::int64_t>(g + runs.run, units);
               for (std::int64_t x = g; x < run_end;) {
-                const int block = static_cast<int>(x / block_units);
-                const PushOrder::Position at = order.locate(static_cast<int>(x - std::int64_t{block} * block_units));
-                const PushItem it = order.item(first_item + block * per_block + at.rest);
-                const int stop = static_cast<int>(std::min<std::int64_t>(at.units, at.unit + (run_end - x)));
-                ASSERT_GT(stop, at.unit);
-                for (int u = at.unit; u < stop; ++u) ++moved[static_cast<std::size_t>(x + u - at.unit)];
-                added[it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk))] += stop - at.unit;
-                x += stop - at.unit;
+                const PushOrder::Span part = order.span(first_item, x, run_end);
+                const PushItem& it = part.item;
+                ASSERT_GT(part.stop, part.first);
+                ASSERT_EQ(part.stop - part.first, std::min<std::int64_t>(3 * c.units_per_tensor(it.chunk) - part.first, run_end - x));
+                for (int u = part.first; u < part.stop; ++u) ++moved[static_cast<std::size_t>(x + u - part.first)];
+                added[it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk))] += part.stop - part.first;
+                x += part.stop - part.first;
               }
             }
           for (std::size_t u = 0; u < moved.size(); ++u) ASSERT_EQ(moved[u], 1) << "unit " << u << " of " << runs.warps << " warps";

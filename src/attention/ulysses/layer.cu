@@ -147,20 +147,16 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const int warp = static_cast<int>(threadIdx.x / 32 * gridDim.x + blockIdx.x), lane = static_cast<int>(threadIdx.x % 32);
   const PieceWalk walk(width);
   const PushOrder& order = p.order;
-  // The launch covers whole (batch, head) blocks of equal units (PushOrder::units_per_block).
-  const int block_units = order.units_per_block(), per_block = order.items_per_head();
-  const std::int64_t units = static_cast<std::int64_t>(p.end_item - p.first_item) / per_block * block_units;
+  const std::int64_t units = order.launch_units(p.first_item, p.end_item);
   std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
   std::uint32_t pending_units = 0;
   for (std::int64_t g = runs.first_unit(warp); g < units; g += runs.cycle()) {  // each of this warp's runs
     const std::int64_t run_end = g + p.run < units ? g + p.run : units;
     for (std::int64_t x = g; x < run_end;) {  // the items this run crosses
-      const int block = static_cast<int>(x / block_units);
-      const PushOrder::Position at = order.locate(static_cast<int>(x - std::int64_t{block} * block_units));
-      const PushItem it = order.item(p.first_item + block * per_block + at.rest);
+      const PushOrder::Span part = order.span(p.first_item, x, run_end);
+      const PushItem& it = part.item;
       const int per_tensor = c.units_per_tensor(it.chunk);
-      const int stop = static_cast<int>(run_end - x < at.units - at.unit ? at.unit + (run_end - x) : at.units);
-      x += stop - at.unit;
+      x += part.stop - part.first;
       const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
       // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
       const std::int64_t first_row = c.first_row(it.source, it.chunk);
@@ -170,7 +166,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
                                       reinterpret_cast<const uint4*>(p.v[it.source]) + src_base};
       uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + ((std::int64_t{it.batch} * c.heads + it.head) * M + first_row) * width;
       std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
-      for (int u = at.unit; u < stop; ++u) {
+      for (int u = part.first; u < part.stop; ++u) {
         const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
         const uint4* const src = src_of[t];
         uint4* const dst = dst0 + t * tensor_stride + x0;

@@ -187,6 +187,22 @@ struct PushOrder {
     return {shape.ranks + q, o - q * full, full};
   }
 
+  // A launch of items [first_item, end_item) (whole blocks): its units, and the part of an item from unit x of the
+  // launch up to (not past) unit run_end, which is how a warp's run crosses items (pusher_kernel walks its runs so).
+  XSTAGE_HD constexpr std::int64_t launch_units(int first_item, int end_item) const {
+    return static_cast<std::int64_t>(end_item - first_item) / items_per_head() * units_per_block();
+  }
+  struct Span {
+    PushItem item;
+    int first, stop;  // its units [first, stop)
+  };
+  XSTAGE_HD constexpr Span span(int first_item, std::int64_t x, std::int64_t run_end) const {
+    const int block = static_cast<int>(x / units_per_block());
+    const Position at = locate(static_cast<int>(x - static_cast<std::int64_t>(block) * units_per_block()));
+    const int stop = run_end - x < at.units - at.unit ? at.unit + static_cast<int>(run_end - x) : at.units;
+    return {item(first_item + block * items_per_head() + at.rest), at.unit, stop};
+  }
+
   XSTAGE_HD constexpr PushItem item(int i) const {
     const int per_start = start_heads() * items_per_head(), per_rest = (heads() - start_heads()) * items_per_head();
     int set, local;  // the item's set, and its index within the set in (batch, head), chunk order

@@ -1,9 +1,11 @@
 // The consumer role (warpgroups 1-2, 64 rows each of the 128 × b_n tile): per tile of this CTA's walk, the
 // mainloop (mainloop.cuh), then the Linear-1 epilogue (SwiGLU into the ring) or the Linear-2 epilogue (into
-// the staging buffer the storers drain). In bf16 a warpgroup whose 64 rows are all padding (experts with few
-// rows: at most 64 of an m-block's 128) skips the products but keeps every wait and release; its epilogue
-// writes what its accumulators hold (the previous tile's values), which nothing reads: a Linear-2 tile's
-// padding rows come from the same warpgroup's Linear-1 rows, and the storers store no padding row.
+// the staging buffer the storers drain). An expert's last m-block is padded to the tile's 128 rows; the rows
+// past the expert's last are computed from whatever the dispatch buffer holds there (dispatch writes no padding
+// row) and nothing that reaches the output depends on them: each output row of a GEMM depends only on its own
+// row of A, so padding rows of the ring give padding rows of Linear-2, which the storers skip. Hence in bf16 a
+// warpgroup whose 64 rows are all padding (experts with few rows: at most 64 of an m-block's 128) skips the
+// products but keeps every wait and release, and the Linear-1 epilogue stores no padding row (epilogue_l1.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -16,6 +18,13 @@
 #include "moe/kernel/tile_walk.cuh"
 
 namespace xstage::moe {
+
+// Rows of this CTA's tile t that hold rows of its expert, counted from the tile's first row (row cta_row0 of the
+// expert's m-block m_block): 128 or more except in the expert's last m-block, where the rest are padding.
+template <class C>
+__device__ __forceinline__ int expert_rows_in_tile(const MegaMoeSharedStorage<C>& smem, const MoeProblem& pr, const Tile& t, int cta_row0) {
+  return smem.expert_rows[t.expert] - (t.m_block * pr.b_m + cta_row0);
+}
 
 template <class Schedule, class C>
 __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem, typename C::Pipeline& pipeline, int tid) {
@@ -77,8 +86,8 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     }
     const long long ml_start = stats_clock();
     if constexpr (!C::kFp8) {
-      // This warpgroup's rows start at row cta_row0 + 64·wg of the scheduler row, m-block m_block of the expert.
-      const bool idle = smem.expert_rows[t.expert] <= t.m_block * pr.b_m + cta_row0 + 64 * (tid / 128);
+      // This warpgroup's rows are rows [64·wg, 64·wg + 64) of the tile.
+      const bool idle = expert_rows_in_tile(smem, pr, t, cta_row0) <= 64 * (tid / 128);
       if (idle) mainloop_idle<C>(pipeline, state, k_blocks, prm.wait);
       mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, idle ? 0 : k_blocks, prm.wait);
     } else {
@@ -92,7 +101,8 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
 
     unsigned long long waited = 0;
     if (t.stage == Stage::L1) {
-      l1_epilogue(prm, t, cta_row0, acc, tCcC, r0, tid);
+      // Read after the mainloop, not kept from before it: fp8's mainloop runs at the register limit.
+      l1_epilogue(prm, t, cta_row0, expert_rows_in_tile(smem, pr, t, cta_row0), acc, tCcC, r0, tid);
       ++l1_tiles;
     } else {
       waited = l2_epilogue(prm, smem, acc, tCcC, j);

@@ -148,6 +148,8 @@ TEST(UlyssesLayout, InputChunksCoverEachShardOnce) {
         ++rows_in[i];
       }
       for (int i = 0; i < c.per_batch(); ++i) EXPECT_EQ(rows_in[i], c.rows_of(i % c.per_source)) << "chunk " << i;
+      // The producer's bits: one per chunk of a (batch, head), all of them set in all_chunks().
+      EXPECT_EQ(__builtin_popcountll(c.all_chunks()), c.per_batch());
       // A flag's index names its batch, head, source rank and chunk (what a timeout reports); the flags of one
       // receiver are [B][Hp][chunks per batch].
       ASSERT_EQ(c.heads, 2);

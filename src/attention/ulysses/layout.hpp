@@ -81,6 +81,8 @@ struct InputChunks {
   int row_pieces = 1;  // 16-byte pieces of one row of one head: d·2 / 16
 
   XSTAGE_HD constexpr int per_batch() const { return ranks * per_source; }
+  // Every chunk of one (batch, head), as the bits of the kernel's producer (InputWaits::arrived).
+  XSTAGE_HD constexpr std::uint64_t all_chunks() const { return per_batch() >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << per_batch()) - 1; }
   // Chunk c of source j as an index within its batch, and that chunk's flag for head h of batch b.
   XSTAGE_HD constexpr int in_batch(int j, int c) const { return j * per_source + c; }
   XSTAGE_HD constexpr int flag(int b, int h, int index_in_batch) const { return (b * heads + h) * per_batch() + index_in_batch; }

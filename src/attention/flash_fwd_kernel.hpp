@@ -1,7 +1,7 @@
 // The forward kernel: composes the tile scheduler, the SM90 mainloop and an epilogue.
 //
 // 128 * (1 + consumer warpgroups) threads, one CTA per SM, persistent over tiles:
-//   warpgroup 0      producer: setmaxnreg down (24 or 32), one thread issues all TMA loads
+//   warpgroup 0      producer: setmaxnreg down (24 or 32), warp 0 walks the loads, its lane 0 issues them
 //   warpgroups 1..n  consumers: setmaxnreg up (240 or 160), wgmma + online softmax + epilogue
 #pragma once
 
@@ -63,7 +63,7 @@ struct FlashFwdKernel {
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-      if (threadIdx.x == 0) {  // the pipelines' leader thread (is_leader above)
+      if (threadIdx.x < 32) {  // the producer warp; its lane 0 is the pipelines' leader (is_leader above)
         auto k_state = cutlass::make_producer_start_state<PipelineKV>();
         auto v_state = cutlass::make_producer_start_state<PipelineKV>();
         typename Mainloop::InputWaits input_waits;

@@ -1,12 +1,13 @@
 // The forward mainloop on Hopper: a TMA producer and 2 or 3 wgmma consumer warpgroups.
 //
-// Producer (thread 0 of warpgroup 0), per tile:
+// Producer (warp 0 of warpgroup 0; its lane 0 issues every TMA load and barrier arrival), per tile:
 //   K[n_last] -> (wait Q empty) Q -> { K[n-1], V[n] } for n = n_last .. 1 -> V[0]
 // On the Ulysses path that hides both all-to-alls (Params::inputs set), Q, K and V arrive while the kernel runs:
 // before each TMA load of Q or K (V's rows are K's) the producer waits, bounded, for the arrival flags of the
 // input chunks of the tile's head those rows lie in (ulysses/layout.hpp's InputChunks), remembering for its current
-// (batch, head) which chunks it has seen. A tile's first wait reads every flag of its head at once (the loads in
-// flight together), so a tile whose inputs are there pays one round trip, not one per chunk.
+// (batch, head) which chunks it has seen. A tile's first wait reads every flag of its head at once, one or two
+// flags per lane gathered by a ballot: one round trip to the L2. (One thread reading them, eight loads at a time
+// within the producer's 24 registers, took ~10 us per tile, which the consumers waited for: 6% of the kernel.)
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
@@ -134,30 +135,34 @@ struct MainloopSm90 {
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
-  // The chunks of head h of batch b whose flags have reached their targets, read together (relaxed loads, then one
-  // acquire fence): one round trip to the L2 instead of one per chunk.
+  // The chunks of head h of batch b whose flags have reached their targets (bit j·per_source + k: chunk k from rank
+  // j), read by the whole producer warp at once: lane l reads flags l and l + 32 (relaxed loads, then an acquire
+  // fence) and a ballot gathers them. Every lane returns the same mask.
   template <bool kSystem>
   CUTE_DEVICE static std::uint64_t arrived_chunks(InputArrivals const& in, int b, int h) {
+    static_assert(kMaxInputChunksPerBatch <= 64, "two flags per lane");
     const InputChunks& c = in.chunks;
     const std::uint32_t* flags = in.flags + c.flag(b, h, 0);
-    const std::uint32_t full = c.arrival_target(0), last = c.arrival_target(c.per_source - 1);
-    std::uint64_t arrived = 0;
-    for (int j = 0; j < c.ranks; ++j) {
-#pragma unroll 8
-      for (int k = 0; k < c.per_source; ++k) {
-        const std::uint32_t v = kSystem ? comm::ld_relaxed_sys(flags + k) : comm::ld_relaxed_gpu(flags + k);
-        if (static_cast<std::int32_t>(v - (k + 1 == c.per_source ? last : full)) >= 0) arrived |= std::uint64_t{1} << (j * c.per_source + k);
+    const int n = c.ranks * c.per_source, lane = cutlass::canonical_lane_idx();
+    bool seen[2];
+    CUTE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int i = lane + 32 * half;
+      seen[half] = false;
+      if (i < n) {
+        const std::uint32_t v = kSystem ? comm::ld_relaxed_sys(flags + i) : comm::ld_relaxed_gpu(flags + i);
+        seen[half] = static_cast<std::int32_t>(v - c.arrival_target(i % c.per_source)) >= 0;
       }
-      flags += c.per_source;
     }
     if (kSystem) comm::fence_acq_rel_sys();
     else comm::fence_acq_rel_gpu();
-    return arrived;
+    return __ballot_sync(0xffffffffu, seen[0]) | (std::uint64_t{__ballot_sync(0xffffffffu, seen[1])} << 32);
   }
 
-  // Waits until rows [m0, m1) of head h of batch b have arrived (nothing to do without InputArrivals). A wait that
-  // times out has recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold),
-  // so the kernel ends and the host's poll() reports the timeout.
+  // Waits until rows [m0, m1) of head h of batch b have arrived (nothing to do without InputArrivals). Called by every
+  // lane of the producer warp, which all take the same path (the mask is the ballot's). A wait that times out has
+  // recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold), so the kernel
+  // ends and the host's poll() reports the timeout.
   CUTE_DEVICE static void wait_for_rows(Params const& params, InputWaits& w, TileCoord tile, int m0, int m1) {
     const InputArrivals& in = params.inputs;
     if (in.flags == nullptr) return;
@@ -208,7 +213,9 @@ struct MainloopSm90 {
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Producer: one thread. `tile_iteration` counts this CTA's tiles (0 for its first).
+  // Producer: the 32 lanes of warp 0 walk the loads together (the waits and the pipelines' acquires); lane 0, the
+  // pipelines' leader, issues the TMA loads and Q's barrier arrival. `tile_iteration` counts this CTA's tiles (0 for
+  // its first).
   CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                                PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
                                TileCoord tile, int tile_iteration, InputWaits& waits) {
@@ -228,15 +235,16 @@ struct MainloopSm90 {
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
+    const bool leader = cutlass::canonical_lane_idx() == 0;
     auto load_k = [&](int n) {
       wait_for_rows(params, waits, tile, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
-      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
+      if (leader) copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
       ++k_state;
     };
     auto load_v = [&](int n) {
       pipeline_v.producer_acquire(v_state);
-      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
+      if (leader) copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
       ++v_state;
     };
 
@@ -246,8 +254,10 @@ struct MainloopSm90 {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
     }
     wait_for_rows(params, waits, tile, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
-    copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+    if (leader) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
+      copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+    }
 #pragma unroll 1
     for (int n = n_last; n > 0; --n) {
       load_k(n - 1);

@@ -115,10 +115,10 @@ struct CheckShape {
 };
 
 // Awkward on purpose: shards that are not multiples of the 128- or 192-row tile (tiles straddle two or more
-// ranks), several batches, one and three heads per rank, both head dims.
+// ranks), several batches, one to twenty heads per rank (40 heads in all at P = 2, as Wan-14B has), both head dims.
 std::vector<CheckShape> check_shapes(bool quick) {
   if (quick) return {{2, 100, 3, 128}, {3, 37, 2, 64}};
-  return {{1, 256, 1, 128}, {2, 100, 3, 128}, {3, 37, 2, 64}, {1, 1000, 2, 64}, {2, 300, 1, 128}, {1, 4096, 2, 128}};
+  return {{1, 256, 1, 128}, {2, 100, 3, 128}, {3, 37, 2, 64}, {1, 1000, 2, 64}, {2, 300, 1, 128}, {1, 4096, 2, 128}, {1, 150, 20, 64}};
 }
 
 struct HeldRanks {

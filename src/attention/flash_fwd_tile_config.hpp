@@ -23,8 +23,8 @@ struct FlashFwdTileConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
 
-  // Warp roles: warpgroup 0 is the producer (one thread issues every TMA load), warpgroups 1..n are the
-  // consumers (wgmma + softmax), each owning 64 of the b_m rows.
+  // Warp roles: warpgroup 0 is the producer (its warp 0 walks the loads, that warp's lane 0 issues them),
+  // warpgroups 1..n are the consumers (wgmma + softmax), each owning 64 of the b_m rows.
   static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumThreads = kNumMmaThreads + 128;

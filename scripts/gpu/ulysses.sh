@@ -15,7 +15,7 @@
 #   6. the tables (Table 3 analog, the layer by path) and the figure (Fig. 11 analog) from the raw JSON
 #      (tools/attention/ulysses_report.py).
 # The planner's predictions for P = 2, committed before the first two-GPU run, are in
-# results/h200x2/ulysses-predictions/README.md (fused_post; fused_both has none yet).
+# results/h200x2/ulysses-predictions/README.md (fused_post by the planner; fused_both by head, worked out from the one-GPU runs).
 # Knobs (besides XSTAGE_BUILD, OUT and GPUS: scripts/gpu/env.sh):
 #   ULYSSES_QUICK=1  the sweeps at M = 8192, 16384, 32768 and d = 128 only
 #   ULYSSES_PUSH_CTAS="2 4 8"  also the 2-virtual-rank sweep at each of these pusher SM counts (--push-ctas; the

@@ -172,8 +172,8 @@ struct MainloopSm90 {
       w.head = tile.head;
       w.arrived = 0;
     }
-    // Once every chunk of the tile's head has been seen, one compare per load: the producer shares an issue slot with
-    // consumer warps, and the chunk arithmetic below per K block slowed the whole tile (8% in Nsight Compute).
+    // Once every chunk of the tile's head has been seen, one compare per load instead of the chunk arithmetic below
+    // per K block (the gated kernel 815 -> 803 us in Nsight Compute at 4 heads x 16384 x 128).
     if (w.arrived == in.chunks.all_chunks()) return;
     bool waited = false, scanned = false;
     for (int m = m0; m < m1; m = in.chunks.next_chunk_row(m)) {

@@ -93,10 +93,11 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 // (InputChunks: runs of kPushUnitPieces 16-byte pieces of one of its tensors, one head of each row, d·2 bytes at the
 // input's row pitch, contiguous in the head-major inbox) and the units shared by the warps (PushRuns: runs of `run`
 // consecutive units, run j to warp j mod W, the warps numbered CTA-fastest so that consecutive runs go to different
-// SMs; a warp goes from one of its runs to the next, PushOrder::locate finding each unit's item). It runs twice a call: on every SM before the attention kernel for the first wave's heads (the head start),
-// then on SMs of its own (the attention kernel leaves them) beside it for the rest. A warp streams: per unit each lane
-// issues kPushUnroll 16-byte loads, then signals the item it finished before (if this unit starts a new one), then
-// stores. No CTA-wide barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores
+// SMs; a warp goes from one of its runs to the next, PushOrder::locate finding each unit's item). It runs twice a
+// call: on every SM before the attention kernel for the first wave's heads (the head start), then on SMs of its own
+// (the attention kernel leaves them) beside it for the rest. A warp streams: per unit each lane issues kPushUnroll
+// 16-byte loads, then signals the item it finished before (if this unit starts a new one), then stores. No CTA-wide
+// barrier: a warp never waits for another. A signal's fence waits for the warp's loads and stores
 // in flight, so it drains the warp: the runs make that once per run of units rather than once per unit or two.
 //
 // A signal: every lane fences (release at GPU scope, or system scope with real ranks, whose stores are remote), the

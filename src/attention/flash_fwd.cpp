@@ -134,7 +134,8 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
                    "fused Ulysses: the pusher reserves " + std::to_string(inputs.reserved_sms) + " SMs of " +
                        std::to_string(device.sm_count));
   }
-  switch (args.tile_config.value_or(flash_fwd_tile_config(p, device.sm_count))) {
+  // The kernel runs on the SMs the inputs' pusher leaves (all of them without one): its configuration is chosen for those.
+  switch (args.tile_config.value_or(flash_fwd_tile_config(p, device.sm_count - inputs.reserved_sms))) {
 #define XSTAGE_FWD_A2A_CASE(name, head_dim, warpgroups, block_n, stages) \
   case FwdTileConfigId::name:                                           \
     return detail::launch_flash_fwd_a2a_config<FwdTileConfigId::name>(args, dst, path, inputs, device, stream);

@@ -58,15 +58,22 @@ constexpr double kHdim64Rows192Speedup = 1.14;
 // A persistent CTA takes its tiles one after another: the makespan is ceil(tiles / grid) tile times.
 constexpr int64_t fwd_tile_waves(int64_t tiles, int num_sms) { return (tiles + num_sms - 1) / num_sms; }
 
-// d=64: the configuration with the shorter predicted makespan (waves x rows per tile / speed);
-// d=128: the one configuration.
+// The predicted makespan of a configuration on `num_sms` SMs: waves x rows per tile / speed per row, in the time of
+// 128 rows of kHdim64Rows128 (comparable between d=64's two configurations; d=128 has one).
+constexpr double fwd_makespan(FwdTileConfigId config, int64_t batch_heads, int64_t seqlen_q, int num_sms) {
+  const int64_t block_m = fwd_tile_shape(config).block_m();
+  const int64_t tiles = batch_heads * ((seqlen_q + block_m - 1) / block_m);
+  const double speed = config == FwdTileConfigId::kHdim64Rows192 ? kHdim64Rows192Speedup : 1.0;
+  return double(fwd_tile_waves(tiles, num_sms)) * double(block_m) / speed;
+}
+
+// d=64: the configuration with the shorter predicted makespan; d=128: the one configuration.
 constexpr FwdTileConfigId choose_fwd_tile_config(int head_dim, int64_t batch_heads, int64_t seqlen_q, int num_sms) {
   if (head_dim != 64) return FwdTileConfigId::kHdim128Rows128;
-  const int64_t tiles_128 = batch_heads * ((seqlen_q + 127) / 128);
-  const int64_t tiles_192 = batch_heads * ((seqlen_q + 191) / 192);
-  const double time_128 = double(fwd_tile_waves(tiles_128, num_sms)) * 128.0;
-  const double time_192 = double(fwd_tile_waves(tiles_192, num_sms)) * 192.0 / kHdim64Rows192Speedup;
-  return time_192 < time_128 ? FwdTileConfigId::kHdim64Rows192 : FwdTileConfigId::kHdim64Rows128;
+  return fwd_makespan(FwdTileConfigId::kHdim64Rows192, batch_heads, seqlen_q, num_sms) <
+                 fwd_makespan(FwdTileConfigId::kHdim64Rows128, batch_heads, seqlen_q, num_sms)
+             ? FwdTileConfigId::kHdim64Rows192
+             : FwdTileConfigId::kHdim64Rows128;
 }
 
 }  // namespace xstage::attention

@@ -345,24 +345,31 @@ TEST(UlyssesLayout, PieceWalkStepsLikeDivision) {
   }
 }
 
-// The pusher's SMs: the most (up to kMaxPushCtas) at the fewest waves of the attention kernel that any N >= 1 allows.
-TEST(UlyssesLayout, PushCtasKeepTheWaveCount) {
-  EXPECT_EQ(choose_push_ctas(512, 132), 4);    // 4 waves on 128 SMs, 5 on 127
-  EXPECT_EQ(choose_push_ctas(1536, 132), 4);   // 12 waves on 128, 13 on 127
-  EXPECT_EQ(choose_push_ctas(64, 132), kMaxPushCtas);
-  EXPECT_EQ(choose_push_ctas(264, 132), kMaxPushCtas);  // 2 waves only on all 132: any N costs one, then take the most
-  for (int sms : {4, 16, 78, 114, 132})
-    for (std::int64_t tiles = 1; tiles < 5000; tiles += 7) {
-      const int n = choose_push_ctas(tiles, sms);
-      ASSERT_GE(n, 1);
-      ASSERT_LE(n, std::min(kMaxPushCtas, sms - 1));
-      std::int64_t fewest = fwd_tile_waves(tiles, sms - 1);
-      for (int m = 1; m <= kMaxPushCtas && m < sms; ++m) fewest = std::min(fewest, fwd_tile_waves(tiles, sms - m));
-      ASSERT_EQ(fwd_tile_waves(tiles, sms - n), fewest) << tiles << " tiles on " << sms << " SMs";
-      if (n < kMaxPushCtas && n + 1 < sms) {
-        ASSERT_GT(fwd_tile_waves(tiles, sms - n - 1), fewest) << tiles << " tiles on " << sms << " SMs";
-      }
-    }
+// The pusher's SMs: the most (up to kMaxPushCtas) at the shortest makespan of the attention kernel, in the tile
+// configuration chosen for the SMs left, that any N >= 1 allows.
+TEST(UlyssesLayout, PushCtasKeepTheMakespan) {
+  EXPECT_EQ(choose_push_ctas(128, 4, 16384, 132), 4);    // 512 tiles: 4 waves on 128 SMs, 5 on 127
+  EXPECT_EQ(choose_push_ctas(128, 12, 16384, 132), 4);   // 1536 tiles: 12 waves on 128, 13 on 127
+  EXPECT_EQ(choose_push_ctas(128, 1, 8192, 132), kMaxPushCtas);  // 64 tiles: one wave on any SM count
+  // d = 64, 12 heads x 4096: 264 tiles of 192 rows take 2 waves on 132 SMs and 3 on any fewer; 384 tiles of 128 rows
+  // take 3 waves on 128 SMs (4 on 127), a shorter makespan than 3 waves of 192 rows: 4 SMs, and the 128-row tiles there.
+  EXPECT_EQ(choose_push_ctas(64, 12, 4096, 132), 4);
+  EXPECT_EQ(choose_fwd_tile_config(64, 12, 4096, 132), FwdTileConfigId::kHdim64Rows192);
+  EXPECT_EQ(choose_fwd_tile_config(64, 12, 4096, 128), FwdTileConfigId::kHdim64Rows128);
+  for (int d : {64, 128})
+    for (int sms : {4, 16, 78, 114, 132})
+      for (std::int64_t batch_heads : {1, 4, 12, 40})
+        for (std::int64_t M = 64; M < 40000; M += 613) {
+          const int n = choose_push_ctas(d, batch_heads, M, sms);
+          ASSERT_GE(n, 1);
+          ASSERT_LE(n, std::min(kMaxPushCtas, sms - 1));
+          double shortest = push_makespan(d, batch_heads, M, sms - 1);
+          for (int m = 1; m <= kMaxPushCtas && m < sms; ++m) shortest = std::min(shortest, push_makespan(d, batch_heads, M, sms - m));
+          ASSERT_EQ(push_makespan(d, batch_heads, M, sms - n), shortest) << d << " " << batch_heads << "x" << M << " on " << sms;
+          if (n < kMaxPushCtas && n + 1 < sms) {
+            ASSERT_GT(push_makespan(d, batch_heads, M, sms - n - 1), shortest) << d << " " << batch_heads << "x" << M << " on " << sms;
+          }
+        }
   // The option: 0 (chosen per shape) or 1 to kMaxPushCtas SMs; anything else refused, naming it.
   auto message = [](int push_ctas) {
     UlyssesOptions o;

@@ -359,10 +359,12 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   // will cut them, on the SMs the pusher leaves).
   chunks_ = make_input_chunks(shape_);
   const int sms = current_device_facts().sm_count;
-  const int b_m = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, B * shape_.local_heads(), shape_.seqlen, sms)).block_m();
+  const std::int64_t batch_heads = B * shape_.local_heads();
+  push_ctas_ = opt_.push_ctas > 0 ? opt_.push_ctas : choose_push_ctas(shape_.head_dim, batch_heads, shape_.seqlen, sms);
+  // The configuration flash_attention_forward_all_to_all chooses for the SMs the pusher leaves.
+  const int b_m = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, batch_heads, shape_.seqlen, sms - push_ctas_)).block_m();
   const int m_blocks = (shape_.seqlen + b_m - 1) / b_m;
-  const std::int64_t tiles = B * shape_.local_heads() * m_blocks;
-  push_ctas_ = opt_.push_ctas > 0 ? opt_.push_ctas : choose_push_ctas(tiles, sms);
+  const std::int64_t tiles = batch_heads * m_blocks;
   const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
   push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks)};
   const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,

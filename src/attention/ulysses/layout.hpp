@@ -248,15 +248,21 @@ struct PushRuns {
   XSTAGE_HD constexpr std::int64_t first_unit(int warp) const { return static_cast<std::int64_t>(warp) * run; }
 };
 
-// The pusher's CTAs (SMs), 1 to kMaxPushCtas, for an attention kernel of `tiles` tiles on the other SMs of `sms`: the
-// kernel's time is its wave count, ceil(tiles / (sms - N)), times a tile's time, so SMs that leave the wave count
-// where it is cost it nothing, and every one more moves the inputs sooner (the first wave's tiles each wait for all
-// of their head's keys and values). So: the most SMs with the fewest waves any N >= 1 allows.
+// The pusher's CTAs (SMs), 1 to kMaxPushCtas, for the attention kernel of the layer (head_dim, batch x local heads,
+// M) on the other SMs of `sms`, which runs the tile configuration chosen for those SMs: its time is its makespan there
+// (fwd_makespan: waves x a tile's time), so SMs that leave the makespan where it is cost it nothing, and every one more
+// moves the inputs sooner (the first wave's tiles each wait for all of their head's keys and values). So: the most SMs
+// with the shortest makespan any N >= 1 allows. Where one SM already costs a wave of the best configuration, the other
+// configuration may lose less (d = 64, 12 heads x 4096: 192-row tiles fill 132 SMs in 2 waves and 131 in 3; 128-row
+// tiles take 3 on 128).
 inline constexpr int kMaxPushCtas = 16;
-constexpr int choose_push_ctas(std::int64_t tiles, int sms) {
+constexpr double push_makespan(int head_dim, std::int64_t batch_heads, std::int64_t seqlen, int attention_sms) {
+  return fwd_makespan(choose_fwd_tile_config(head_dim, batch_heads, seqlen, attention_sms), batch_heads, seqlen, attention_sms);
+}
+constexpr int choose_push_ctas(int head_dim, std::int64_t batch_heads, std::int64_t seqlen, int sms) {
   int best = 1;
   for (int n = 2; n <= kMaxPushCtas && n < sms; ++n)
-    if (fwd_tile_waves(tiles, sms - n) <= fwd_tile_waves(tiles, sms - best)) best = n;
+    if (push_makespan(head_dim, batch_heads, seqlen, sms - n) <= push_makespan(head_dim, batch_heads, seqlen, sms - best)) best = n;
   return best;
 }
 

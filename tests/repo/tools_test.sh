@@ -6,9 +6,9 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab
+#             moe_ab | moe_routing_rule
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
-#     XSTAGE  the built binary (moe_rule_sensitivity and moe_storer run `xstage plan moe`)
+#     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`)
 set -euo pipefail
 
 case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
@@ -64,6 +64,16 @@ case "$case_name" in
     xstage=${4:?moe_rule_sensitivity needs the xstage binary}
     run tools/moe/rule_sensitivity.py "$xstage" configs/moe_grid.json $retune --folder moe_grid --ranks 1 --out "$tmp/sensitivity.md"
     same_report "$tmp/sensitivity.md" $retune/auto-rule/sensitivity.md 3 ;;
+  moe_routing_rule)  # the routing-aware tree fitted on the one-GPU grid of 2026-12-02, scored on its held-out lists
+    xstage=${4:?moe_routing_rule needs the xstage binary}
+    r=results/h200/moe/2026-12-02-retune
+    for l in grid heldout heldout2 heldout3; do
+      "$xstage" plan moe --grid configs/moe_$l.json --ranks 1 --choose --json > "$tmp/$l-plan.json" || fail "xstage plan moe ($l)"
+    done
+    run tools/moe/routing_rule.py $r/moe_schedules.tar.xz --fit moe_grid "$tmp/grid-plan.json" \
+      --score moe_heldout "$tmp/heldout-plan.json" --score moe_heldout2 "$tmp/heldout2-plan.json" \
+      --score moe_heldout3 "$tmp/heldout3-plan.json" --out "$tmp/routing_rule.md"
+    same_report "$tmp/routing_rule.md" $r/routing-rule/routing_rule.md 3 ;;
   moe_predictions)
     run tools/moe/predictions.py $moe/predictions/heldout-plan.json.xz --out "$tmp/heldout.md"
     same_report "$tmp/heldout.md" $moe/predictions/heldout.md 3 ;;

@@ -42,7 +42,7 @@ case "$case_name" in
     done ;;
   calibration)  # Fig. 3 and the fit summary from the committed calibration (samples.csv.xz)
     d=results/h200x2/calibration/full
-    run tools/calibration/plot.py --samples $d/samples.csv --platform $d/platform.json --summary --out "$tmp/plots"
+    run tools/calibration/plot.py --samples $d/samples.csv.xz --platform $d/platform.json --summary --out "$tmp/plots"
     for path in st_global_16B tma_bulk; do has "$tmp/stdout" "^\[$path\]"; done
     for path in st_global_16B tma_bulk; do
       for fig in fig3 fig3a fig3b fig3c fig3d; do [ -s "$tmp/plots/${fig}_$path.png" ] || fail "no ${fig}_$path.png"; done

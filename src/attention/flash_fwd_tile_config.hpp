@@ -33,6 +33,13 @@ struct FlashFwdTileConfig {
   static constexpr int kProducerRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
 
+  // Columns per row (of the b_n / 4 a thread holds) whose exponentials a softmax step takes before it waits for the
+  // previous block's P·V wgmma; the rest run after that wait, beside the O rescale and the bf16 conversion.
+  // 16 of 40 (d = 128), 48 (d = 64, 2 warpgroups) or 32 (3 warpgroups): 3% faster in geometric mean on the DiT shapes
+  // than none (ptxas's own placement), while 24 or 32 were no faster or slower and all of them 3.5% slower
+  // (results/h200/attention/2026-12-02-first-exps/, 2026-12-01-wait-placement/).
+  static constexpr int kExpColsBeforePvWait = 16;
+
   using Element = cutlass::bfloat16_t;
   using Accum = float;
 

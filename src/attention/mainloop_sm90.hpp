@@ -328,6 +328,13 @@ struct MainloopSm90 {
     softmax.update(tSrS, o_rescale);
     convert_s_to_p();
 
+    // A value ptxas cannot fold (always true): the first part of each softmax step sits under a branch on it, so that
+    // the wait for P·V after the branch's join cannot be hoisted above it (ptxas otherwise places that wait before
+    // every exponential, to reuse P's registers early).
+    unsigned sm_count;
+    asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sm_count));
+    constexpr int kFirstCols = Config::kExpColsBeforePvWait;
+    float m_scaled[kRows], partial[kRows];  // what update_rest needs of update_first
 #pragma unroll 1
     for (int n = n_last - 1; n >= 0; --n) {
       pipeline_k.consumer_wait(k_state);
@@ -340,11 +347,12 @@ struct MainloopSm90 {
       warpgroup_fence_operand(tSrS);
       pipeline_k.consumer_release(k_state);
       ++k_state;
-      softmax.update(tSrS, o_rescale);
+      if (sm_count > 0) softmax.template update_first<kFirstCols>(tSrS, o_rescale, m_scaled, partial);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       pipeline_v.consumer_release(v_state);
       ++v_state;
+      softmax.template update_rest<kFirstCols>(tSrS, o_rescale, m_scaled, partial);
       Softmax::rescale(tOrO, o_rescale);
       convert_s_to_p();
     }

@@ -102,6 +102,67 @@ struct OnlineSoftmax {
     }
   }
 
+  // The same step in two parts, for the consumer loop to wait for the previous block's P·V wgmma in between:
+  // `update_first` takes every row's new maximum and rescale factor and the exponentials of the first kFirstCols
+  // columns; `update_rest` the other columns and the row sums. `partial` carries each row's sums of the first part,
+  // in one chain. `update` stays the one-pass form for a tile's first block: written as these two parts (every
+  // column in the second) or with the first part's sums in kChains chains, ptxas scheduled the loop 1-2% slower
+  // at d = 128 (results/h200/attention/2026-12-02-first-exps/, `final/`).
+  template <int kFirstCols, class TensorS>
+  CUTE_DEVICE void update_first(TensorS& acc_s, float (&o_rescale)[kRows], float (&m_scaled)[kRows],
+                                float (&partial)[kRows]) {
+    using namespace cute;
+    Tensor s = make_tensor(acc_s.data(), accumulator_rowcol(acc_s.layout()));
+    constexpr int kCols = decltype(size<1>(s))::value;
+    static_assert(kCols % kChains == 0 && kFirstCols <= kCols);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float chain[kChains];
+      CUTE_UNROLL
+      for (int i = 0; i < kChains; ++i) chain[i] = s(r, i);
+      CUTE_UNROLL
+      for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
+      float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
+      m = quad_allreduce_max(m);
+      const float m_safe = (m == -INFINITY) ? 0.f : m;
+      m_scaled[r] = m_safe * scale_log2;
+      o_rescale[r] = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled[r]);
+      row_max[r] = m;
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      partial[r] = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < kFirstCols; ++c) {
+        const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled[r]);
+        s(r, c) = p;
+        partial[r] += p;
+      }
+    }
+  }
+
+  template <int kFirstCols, class TensorS>
+  CUTE_DEVICE void update_rest(TensorS& acc_s, float const (&o_rescale)[kRows], float const (&m_scaled)[kRows],
+                               float const (&partial)[kRows]) {
+    using namespace cute;
+    Tensor s = make_tensor(acc_s.data(), accumulator_rowcol(acc_s.layout()));
+    constexpr int kCols = decltype(size<1>(s))::value;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float chain[kChains];
+      CUTE_UNROLL
+      for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
+      chain[0] = partial[r];
+      CUTE_UNROLL
+      for (int c = kFirstCols; c < kCols; ++c) {
+        const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled[r]);
+        s(r, c) = p;
+        chain[c % kChains] += p;
+      }
+      row_sum[r] = row_sum[r] * o_rescale[r] + combine_chains(chain, [](float a, float b) { return a + b; });
+    }
+  }
+
   template <class TensorO>
   CUTE_DEVICE static void rescale(TensorO& acc_o, float const (&o_rescale)[kRows]) {
     using namespace cute;

@@ -67,6 +67,26 @@ struct OnlineSoftmax {
     }
   }
 
+  // Row r's new maximum (over the running one and this block's columns, kChains chains, then the quad): updates
+  // row_max[r], returns in `o_rescale` the factor for the output so far and the new maximum scaled.
+  template <class TensorRC>
+  CUTE_DEVICE float new_row_max(TensorRC const& s, int r, float& o_rescale) {
+    constexpr int kCols = decltype(cute::size<1>(s))::value;
+    float chain[kChains];
+    CUTE_UNROLL
+    for (int i = 0; i < kChains; ++i) chain[i] = s(r, i);
+    CUTE_UNROLL
+    for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
+    float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
+    m = quad_allreduce_max(m);
+    // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
+    const float m_safe = (m == -INFINITY) ? 0.f : m;
+    const float m_scaled = m_safe * scale_log2;
+    o_rescale = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled);
+    row_max[r] = m;
+    return m_scaled;
+  }
+
   // Turns the raw scores in `acc_s` into unnormalised probabilities against the running row maximum,
   // and returns in `o_rescale` the factor by which the output accumulated so far must be multiplied.
   template <class TensorS>
@@ -78,18 +98,8 @@ struct OnlineSoftmax {
     static_assert(kCols % kChains == 0, "columns per thread must split into the reduction chains");
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
+      const float m_scaled = new_row_max(s, r, o_rescale[r]);
       float chain[kChains];
-      CUTE_UNROLL
-      for (int i = 0; i < kChains; ++i) chain[i] = s(r, i);
-      CUTE_UNROLL
-      for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
-      float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
-      m = quad_allreduce_max(m);
-      // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
-      const float m_safe = (m == -INFINITY) ? 0.f : m;
-      const float m_scaled = m_safe * scale_log2;
-      o_rescale[r] = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled);
-      row_max[r] = m;
       CUTE_UNROLL
       for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
       CUTE_UNROLL
@@ -116,19 +126,7 @@ struct OnlineSoftmax {
     constexpr int kCols = decltype(size<1>(s))::value;
     static_assert(kCols % kChains == 0 && kFirstCols <= kCols);
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      float chain[kChains];
-      CUTE_UNROLL
-      for (int i = 0; i < kChains; ++i) chain[i] = s(r, i);
-      CUTE_UNROLL
-      for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
-      float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
-      m = quad_allreduce_max(m);
-      const float m_safe = (m == -INFINITY) ? 0.f : m;
-      m_scaled[r] = m_safe * scale_log2;
-      o_rescale[r] = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled[r]);
-      row_max[r] = m;
-    }
+    for (int r = 0; r < kRows; ++r) m_scaled[r] = new_row_max(s, r, o_rescale[r]);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       partial[r] = 0.f;

@@ -99,24 +99,16 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float m_scaled = new_row_max(s, r, o_rescale[r]);
-      float chain[kChains];
-      CUTE_UNROLL
-      for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled);
-        s(r, c) = p;
-        chain[c % kChains] += p;
-      }
-      row_sum[r] = row_sum[r] * o_rescale[r] + combine_chains(chain, [](float a, float b) { return a + b; });
+      exponentiate_from<0>(s, r, m_scaled, 0.f, o_rescale[r]);
     }
   }
 
   // The same step in two parts, for the consumer loop to wait for the previous block's P·V wgmma in between:
   // `update_first` takes every row's new maximum and rescale factor and the exponentials of the first kFirstCols
   // columns; `update_rest` the other columns and the row sums. `partial` carries each row's sums of the first part,
-  // in one chain. `update` stays the one-pass form for a tile's first block: written as these two parts (every
-  // column in the second) or with the first part's sums in kChains chains, ptxas scheduled the loop 1-2% slower
+  // in one chain. `update` keeps its one-pass order (a row's maximum, then its exponentials) for a tile's first block:
+  // written as these two parts (every column in the second) or with the first part's sums in kChains chains, ptxas
+  // scheduled the loop 1-2% slower
   // at d = 128 (results/h200/attention/2026-12-02-first-exps/, `final/`).
   template <int kFirstCols, class TensorS>
   CUTE_DEVICE void update_first(TensorS& acc_s, float (&o_rescale)[kRows], float (&m_scaled)[kRows],
@@ -144,21 +136,26 @@ struct OnlineSoftmax {
                                float const (&partial)[kRows]) {
     using namespace cute;
     Tensor s = make_tensor(acc_s.data(), accumulator_rowcol(acc_s.layout()));
-    constexpr int kCols = decltype(size<1>(s))::value;
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      float chain[kChains];
-      CUTE_UNROLL
-      for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
-      chain[0] = partial[r];
-      CUTE_UNROLL
-      for (int c = kFirstCols; c < kCols; ++c) {
-        const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled[r]);
-        s(r, c) = p;
-        chain[c % kChains] += p;
-      }
-      row_sum[r] = row_sum[r] * o_rescale[r] + combine_chains(chain, [](float a, float b) { return a + b; });
+    for (int r = 0; r < kRows; ++r) exponentiate_from<kFirstCols>(s, r, m_scaled[r], partial[r], o_rescale[r]);
+  }
+
+  // Columns [kBegin, end) of row r: p = 2^(s*scale_log2 - m_scaled) in place, their sum in kChains chains (the first
+  // starting from `partial`, the sum of the columns before kBegin); row_sum[r] rescaled and that sum added.
+  template <int kBegin, class TensorRC>
+  CUTE_DEVICE void exponentiate_from(TensorRC& s, int r, float m_scaled, float partial, float o_rescale) {
+    constexpr int kCols = decltype(cute::size<1>(s))::value;
+    float chain[kChains];
+    CUTE_UNROLL
+    for (int i = 0; i < kChains; ++i) chain[i] = 0.f;
+    chain[0] = partial;
+    CUTE_UNROLL
+    for (int c = kBegin; c < kCols; ++c) {
+      const float p = fast_exp2(s(r, c) * scale_log2 - m_scaled);
+      s(r, c) = p;
+      chain[c % kChains] += p;
     }
+    row_sum[r] = row_sum[r] * o_rescale + combine_chains(chain, [](float a, float b) { return a + b; });
   }
 
   template <class TensorO>

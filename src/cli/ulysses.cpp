@@ -316,8 +316,9 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
 // trial's time the max over ranks; the median over trials is reported. The variants of one shape are captured
 // first and then timed in turn within every trial (FA-only, fused, serial, ... each once per trial), so clock
 // and thermal drift lands in every variant alike instead of in their differences. The order rotates by one variant
-// per trial: under the power cap a variant runs faster after a light one (the all-to-all alone, the pusher alone)
-// than after a heavy one, and a fixed order would hand that to the same variant in every trial.
+// per trial, so that whatever a variant inherits from the one before it (under the power cap, the clock a light or a
+// heavy predecessor left) is not the same in every trial; on H200 the fixed order showed no such bias
+// (results/h200/attention/2026-12-02-fused-both-by-head/power/), the rotation only rules it out.
 class VariantTimer {
  public:
   // rt: real ranks (lined up before each timing, max over ranks); null: virtual ranks in this process.

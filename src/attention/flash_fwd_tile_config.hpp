@@ -39,6 +39,10 @@ struct FlashFwdTileConfig {
   // than none (ptxas's own placement), while 24 or 32 were no faster or slower and all of them 3.5% slower
   // (results/h200/attention/2026-12-02-first-exps/, 2026-12-01-wait-placement/).
   static constexpr int kExpColsBeforePvWait = 16;
+  // Independent chains of the softmax's row maxima and sums (OnlineSoftmax): 4 with two consumer warpgroups; 2 with
+  // three, whose 160 registers have no room for 4 and where 2 measured 1.3-1.8% faster than 1 on the d = 64 shapes
+  // (results/h200/attention/2026-12-02-wg3/).
+  static constexpr int kSoftmaxChains = kNumMmaWarpGroups == 2 ? 4 : 2;
 
   using Element = cutlass::bfloat16_t;
   using Accum = float;

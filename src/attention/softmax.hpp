@@ -46,8 +46,8 @@ struct OnlineSoftmax {
 
   // Row max and row sum as kChains independent partial reductions, combined pairwise at the end: one running
   // value over a thread's b_n/4 columns is a chain of b_n/4 dependent FMNMX (FADD) instructions, whose latency
-  // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers:
-  // the kernel takes 4 with two consumer warpgroups (240 registers each) and 1 with three (160).
+  // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers
+  // (the count per configuration: FlashFwdTileConfig::kSoftmaxChains).
   static constexpr int kChains = kChains_;
   static_assert(kChains == 1 || kChains == 2 || kChains == 4, "1, 2 or 4 reduction chains");
   template <class Op>

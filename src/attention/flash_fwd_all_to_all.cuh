@@ -8,25 +8,26 @@
 
 namespace xstage::attention::detail {
 
-template <FwdTileConfigId kId, A2AStorePath kPath>
+// One store path's epilogue: fused_both's kernel (its rank's own rows read in place) or fused_post's, two kernels so
+// that fused_post's carries none of that path.
+template <FwdTileConfigId kId, template <class> class Epilogue>
 void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, InputArrivals const& inputs, DeviceFacts const& device,
                           cudaStream_t stream) {
   using Config = typename FlashFwdTileConfigFor<kId>::type;
-  using Kernel = FlashFwdKernel<Config, EpilogueAllToAllTma>;
-  using KernelSt = FlashFwdKernel<Config, EpilogueAllToAllStGlobal>;
   const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
   const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
-  if constexpr (kPath == A2AStorePath::tma)
-    launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args, dst), stride, device, stream, inputs);
+  const typename Epilogue<Config>::Params epilogue = Epilogue<Config>::make_params(args, dst);
+  if (inputs.own_q != nullptr)
+    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue, true>>(args, epilogue, stride, device, stream, inputs);
   else
-    launch_flash_fwd_kernel<KernelSt>(args, KernelSt::Epilogue::make_params(args, dst), stride, device, stream, inputs);
+    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue>>(args, epilogue, stride, device, stream, inputs);
 }
 
 template <FwdTileConfigId kId>
 void launch_flash_fwd_a2a_config(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
                                  InputArrivals const& inputs, DeviceFacts const& device, cudaStream_t stream) {
-  if (path == A2AStorePath::tma) launch_flash_fwd_a2a<kId, A2AStorePath::tma>(args, dst, inputs, device, stream);
-  else launch_flash_fwd_a2a<kId, A2AStorePath::st_global>(args, dst, inputs, device, stream);
+  if (path == A2AStorePath::tma) launch_flash_fwd_a2a<kId, EpilogueAllToAllTma>(args, dst, inputs, device, stream);
+  else launch_flash_fwd_a2a<kId, EpilogueAllToAllStGlobal>(args, dst, inputs, device, stream);
 }
 
 }  // namespace xstage::attention::detail

@@ -17,11 +17,13 @@
 
 namespace xstage::attention {
 
-template <class Config_, template <class> class Epilogue_>
+// kOwnRowsInPlace: the fused_both kernel, which reads its rank's own rows in place (MainloopSm90); every other kernel
+// compiles without that path.
+template <class Config_, template <class> class Epilogue_, bool kOwnRowsInPlace = false>
 struct FlashFwdKernel {
   using Config = Config_;
-  using Mainloop = MainloopSm90<Config>;
   using Epilogue = Epilogue_<Config>;
+  using Mainloop = MainloopSm90<Config, kOwnRowsInPlace>;
   using Scheduler = StaticPersistentTileScheduler;
   using PipelineKV = typename Mainloop::PipelineKV;
 

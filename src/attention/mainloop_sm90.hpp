@@ -8,6 +8,8 @@
 // (batch, head) which chunks it has seen. A tile's first wait reads every flag of its head at once, one or two
 // flags per lane gathered by a ballot: one round trip to the L2. (One thread reading them, eight loads at a time
 // within the producer's 24 registers, took ~10 us per tile, which the consumers waited for: 6% of the kernel.)
+// A Q tile or K/V block that lies within the rank's own sequence shard is loaded from the rank's own input instead,
+// with no wait (InputArrivals::own_q, ulysses/layout.hpp's InPlaceRows): those rows are never pushed.
 // into a K pipeline and a V pipeline (kStages slots each, mbarrier full/empty pairs, CUTLASS
 // PipelineTmaAsync) and one Q slot (q_full: TMA transaction barrier; q_empty: every consumer thread
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
@@ -67,7 +69,9 @@ auto make_gmem_bmhd(T* ptr, int seqlen, int head_dim, int heads, int batch, Bmhd
                                                      make_stride(s.row, _1{}, s.head, s.batch)));
 }
 
-template <class Config>
+// kOwnRowsInPlace: fused_both's kernel, whose rank reads its own rows in place (Params::tma_q_own); the others compile
+// without that path (the plain and fused_post kernels are the same machine code as before it existed).
+template <class Config, bool kOwnRowsInPlace>
 struct MainloopSm90 {
   using Element = typename Config::Element;
   static constexpr int kBlockM = Config::kBlockM;
@@ -101,6 +105,11 @@ struct MainloopSm90 {
     TmaLoadQ tma_q;
     TmaLoadKV tma_k;
     TmaLoadKV tma_v;
+    // The rank's own rows where they lie (fused_both, InputArrivals::own_q): Q, K, V over its sequence-sharded input,
+    // its Ms rows of its own heads. Without them, the same tensors as above (never read).
+    TmaLoadQ tma_q_own;
+    TmaLoadKV tma_k_own;
+    TmaLoadKV tma_v_own;
     int seqlen_q, seqlen_k, heads, batch;
     float softmax_scale;
     const int32_t* seqlen_k_per_batch;  // nullptr: every sequence attends to all seqlen_k keys
@@ -129,10 +138,29 @@ struct MainloopSm90 {
     auto mQ = make_gmem_bmhd(static_cast<Element const*>(args.q), p.seqlen_q, kHeadDim, p.heads, p.batch, p.q);
     auto mK = make_gmem_bmhd(static_cast<Element const*>(args.k), p.seqlen_k, kHeadDim, p.heads, p.batch, p.k);
     auto mV = make_gmem_bmhd(static_cast<Element const*>(args.v), p.seqlen_k, kHeadDim, p.heads, p.batch, p.v);
+    const bool own = inputs.own_q != nullptr;
+    const int own_rows = own ? inputs.in_place.shard_rows : p.seqlen_q;
+    const BmhdStrides os = inputs.own_strides;
+    auto own_or = [&](const void* own_ptr, const void* ptr, BmhdStrides s) {
+      return make_gmem_bmhd(static_cast<Element const*>(own ? own_ptr : ptr), own_rows, kHeadDim, p.heads, p.batch, own ? os : s);
+    };
+    auto mQo = own_or(inputs.own_q, args.q, p.q);
+    auto mKo = own_or(inputs.own_k, args.k, p.k);
+    auto mVo = own_or(inputs.own_v, args.v, p.v);
     return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mQo, SmemLayoutQ{}, TileShapeQ{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mKo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mVo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
+  }
+
+  // Whether rows [m0, m1) of the tile's head are read from the rank's own input (InPlaceRows::within).
+  CUTE_DEVICE static bool in_place(Params const& params, int m0, int m1) {
+    if constexpr (!kOwnRowsInPlace) return false;
+    const InputArrivals& in = params.inputs;
+    return in.own_q != nullptr && in.in_place.within(in.rank, m0, m1);
   }
 
   // The chunks of head h of batch b whose flags have reached their targets (bit j·per_source + k: chunk k from rank
@@ -170,7 +198,7 @@ struct MainloopSm90 {
     if (b != w.batch || tile.head != w.head) {
       w.batch = b;
       w.head = tile.head;
-      w.arrived = 0;
+      w.arrived = kOwnRowsInPlace ? in.in_place_chunks : 0;  // never pushed: read where they lie
     }
     // Once every chunk of the tile's head has been seen, one compare per load instead of the chunk arithmetic below
     // per K block (the gated kernel 815 -> 803 us in Nsight Compute at 4 heads x 16384 x 128).
@@ -204,6 +232,11 @@ struct MainloopSm90 {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    if (kOwnRowsInPlace && params.inputs.own_q != nullptr) {
+      cute::prefetch_tma_descriptor(params.tma_q_own.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_k_own.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v_own.get_tma_descriptor());
+    }
   }
 
   // Called by one thread before the CTA-wide barrier that follows pipeline construction.
@@ -234,17 +267,42 @@ struct MainloopSm90 {
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    // The same tiles in the rank's own input, whose row 0 is sequence row own_first (Params::tma_q_own).
+    const int own_first = params.inputs.in_place.first(params.inputs.rank), own_rows = params.inputs.in_place.shard_rows;
+    auto own_rows_of = [&](auto const& tma) {
+      Tensor m = tma.get_tma_tensor(make_shape(own_rows, int(kHeadDim), params.heads, params.batch));
+      return domain_offset(make_coord(-own_first, _0{}), m(_, _, tile.head, tile.batch));
+    };
+    Tensor gQo = local_tile(own_rows_of(params.tma_q_own), TileShapeQ{}, make_coord(tile.m_block, _0{}));
+    Tensor gKo = local_tile(own_rows_of(params.tma_k_own), TileShapeKV{}, make_coord(_, _0{}));
+    Tensor gVo = local_tile(own_rows_of(params.tma_v_own), TileShapeKV{}, make_coord(_, _0{}));
+    Tensor tQgQo = get<0>(tma_partition(params.tma_q_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQo)));
+    Tensor tKgKo = get<0>(tma_partition(params.tma_k_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gKo)));
+    Tensor tVgVo = get<0>(tma_partition(params.tma_v_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gVo)));
 
     const bool leader = cutlass::canonical_lane_idx() == 0;
+    // A block's K and V come from the same place: the rank's own input where the block lies within its rows, else the
+    // inbox, after the wait for their chunks.
+    auto block_in_place = [&](int n) { return in_place(params, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k)); };
     auto load_k = [&](int n) {
-      wait_for_rows(params, waits, tile, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
+      const bool own = block_in_place(n);
+      if (!own) wait_for_rows(params, waits, tile, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
-      if (leader) copy(params.tma_k.with(*pipeline_k.producer_get_barrier(k_state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
+      if (leader) {
+        uint64_t* full = pipeline_k.producer_get_barrier(k_state);
+        if (own) copy(params.tma_k_own.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tKgKo(_, n), tKsK(_, k_state.index()));
+        else copy(params.tma_k.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
+      }
       ++k_state;
     };
     auto load_v = [&](int n) {
+      const bool own = block_in_place(n);
       pipeline_v.producer_acquire(v_state);
-      if (leader) copy(params.tma_v.with(*pipeline_v.producer_get_barrier(v_state), 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
+      if (leader) {
+        uint64_t* full = pipeline_v.producer_get_barrier(v_state);
+        if (own) copy(params.tma_v_own.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tVgVo(_, n), tVsV(_, v_state.index()));
+        else copy(params.tma_v.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
+      }
       ++v_state;
     };
 
@@ -253,10 +311,13 @@ struct MainloopSm90 {
     if (tile_iteration > 0) {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
     }
-    wait_for_rows(params, waits, tile, tile.m_block * kBlockM, min((tile.m_block + 1) * kBlockM, params.seqlen_q));
+    const int q0 = tile.m_block * kBlockM, q1 = min(q0 + kBlockM, params.seqlen_q);
+    const bool q_own = in_place(params, q0, q1);
+    if (!q_own) wait_for_rows(params, waits, tile, q0, q1);
     if (leader) {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);
-      copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+      if (q_own) copy(params.tma_q_own.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQo, tQsQ);
+      else copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
     }
 #pragma unroll 1
     for (int n = n_last; n > 0; --n) {

@@ -118,7 +118,8 @@ std::vector<PushPoint> audit_push(const PlatformPoint& p, const AttentionAudit& 
     q.head_start_bytes = static_cast<double>(q.first_wave_heads) * per_head * (P - 1.0) / P;
     q.head_start_ns = q.head_start_bytes / p.R_bytes_per_ns;
     q.wave_ns = pt.G_Qloop_ns;
-    q.wave_bytes = std::min(static_cast<double>(heads), static_cast<double>(k.K) / static_cast<double>(m_blocks)) * per_head;
+    // Each receiver reads its own rows of the head in place: the pusher moves the other P - 1 ranks' part.
+    q.wave_bytes = std::min(static_cast<double>(heads), static_cast<double>(k.K) / static_cast<double>(m_blocks)) * per_head * (P - 1.0) / P;
     q.stall_per_wave_ns = std::max(0.0, q.wave_bytes / R_push_bytes_per_ns - q.wave_ns);
     q.E_push_ns = q.head_start_ns + static_cast<double>(std::max<std::int64_t>(pt.N_t - 1, 0)) * q.stall_per_wave_ns;
     q.pre_all_to_all_ns = static_cast<double>(heads) * per_head * (P - 1.0) / P / p.R_bytes_per_ns;

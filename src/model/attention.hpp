@@ -91,7 +91,8 @@ struct PushPoint {
   double head_start_bytes = 0.0;      // remote bytes one rank pushes before its kernel
   double head_start_ns = 0.0;         // head_start_bytes / R
   double wave_ns = 0.0;               // G_Qloop(M): one wave of tiles
-  double wave_bytes = 0.0;            // what one rank's pusher moves for the next wave: K/ceil(M/b_m) heads (at most all)
+  double wave_bytes = 0.0;            // what one rank's pusher moves for the next wave: K/ceil(M/b_m) heads (at most all),
+                                      // the (P − 1)/P of their rows that live on other ranks (the own rows are read in place)
   double stall_per_wave_ns = 0.0;     // [wave_bytes / R_push − wave_ns]+
   double E_push_ns = 0.0;             // head start + (N_t − 1)·stall: what fused_both adds to the fused kernel
   double pre_all_to_all_ns = 0.0;     // the exposed pre-attention exchange of serial and fused_post: remote bytes / R

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <set>
 #include <tuple>
@@ -289,8 +290,9 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
         ASSERT_GE(c.units_per_tensor(ch) * kPushUnitPieces, pieces) << "chunk " << ch;
         ASSERT_LT((c.units_per_tensor(ch) - 1) * kPushUnitPieces, pieces) << "chunk " << ch;  // no empty unit
       }
-      for (int source : {-1, k.P - 1}) {
-        const PushOrder order{s, c, source, 2};
+      for (int source : {-1, k.P - 1})
+      for (const InPlaceRows in_place : {InPlaceRows{}, InPlaceRows{192, 128, s.seqlen, s.shard_rows()}}) {
+        const PushOrder order{s, c, source, 2, in_place};
         std::map<int, std::uint32_t> added;  // by receiver·flags + flag: what the warps add
         // One launch of items [first_item, end_item) over `runs`, as pusher_kernel walks it.
         auto launch = [&](int first_item, int end_item, const PushRuns runs) {
@@ -306,8 +308,9 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
                 ASSERT_GT(part.stop, part.first);
                 ASSERT_EQ(part.stop - part.first, std::min<std::int64_t>(3 * c.units_per_tensor(it.chunk) - part.first, run_end - x));
                 for (int u = part.first; u < part.stop; ++u) ++moved[static_cast<std::size_t>(x + u - part.first)];
-                added[it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk))] += part.stop - part.first;
                 x += part.stop - part.first;
+                if (!order.moves(it)) continue;  // as the pusher steps over what its receiver reads in place
+                added[it.receiver * 100000 + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk))] += part.stop - part.first;
               }
             }
           for (std::size_t u = 0; u < moved.size(); ++u) ASSERT_EQ(moved[u], 1) << "unit " << u << " of " << runs.warps << " warps";
@@ -315,18 +318,63 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
         for (int set = 0; set < order.sets(); ++set)
           launch(order.head_start_first(set), order.head_start_first(set + 1), PushRuns{4 * W + 3, kPushRunHeadStart});
         launch(order.head_starts_end(), order.items(), PushRuns{W, kPushRunAlongside});
-        // Every flag a receiver's kernel waits on reaches exactly its target (InputArrivals::target).
+        // Every flag a receiver's kernel waits on reaches exactly its target (InputArrivals::target), and the flags
+        // of the chunks it reads in place are never touched.
         InputArrivals in;
         in.chunks = c;
         const int senders = source < 0 ? k.P : 1;
-        EXPECT_EQ(static_cast<int>(added.size()), k.P * k.B * k.heads_per_rank * senders * c.per_source);
+        int in_place_flags = 0;
+        for (int r = 0; r < k.P; ++r)
+          if (source < 0 || source == r)
+            in_place_flags += std::popcount(in_place.read_in_place(c, r)) * k.B * k.heads_per_rank;
+        EXPECT_EQ(static_cast<int>(added.size()) + in_place_flags, k.P * k.B * k.heads_per_rank * senders * c.per_source);
         for (const auto& [key, value] : added) {
           const int f = key % 100000, index_in_batch = f % c.per_batch();
           EXPECT_EQ(value, in.target(index_in_batch)) << "flag " << f << " of receiver " << key / 100000;
           EXPECT_EQ(value, c.arrival_target(c.owner_of_flag(f).chunk));
+          EXPECT_FALSE((in_place.read_in_place(c, key / 100000) >> index_in_batch) & 1u) << "flag " << f << " is read in place";
         }
       }
     }
+}
+
+// The rows each rank reads in place: a Q tile (b_m rows) or K/V block (b_n rows) within the rank's shard reads its own
+// input; every other tile or block reads the inbox, so every own chunk it overlaps is pushed, and no other own chunk
+// is (checked against a walk over every tile and block, on shards that b_m and b_n do and do not divide).
+TEST(UlyssesLayout, InPlaceRowsPushExactlyWhatStraddlingBlocksRead) {
+  for (int P : {1, 2, 3, 4, 8})
+    for (int Ms : {1, 37, 100, 128, 192, 1000, 4096, 4250})
+      for (const auto [b_m, b_n] : {std::pair{128, 160}, std::pair{128, 192}, std::pair{192, 128}}) {
+        const UlyssesShape s{1, Ms * P, P, 128, P};
+        const InputChunks c = make_input_chunks(s);
+        const InPlaceRows in_place{b_m, b_n, s.seqlen, Ms};
+        for (int r = 0; r < P; ++r) {
+          std::vector<bool> needed(static_cast<std::size_t>(c.per_source), false);  // own chunks some inbox read overlaps
+          std::int64_t in_place_rows = 0;
+          for (int rows : {b_m, b_n})
+            for (int m0 = 0; m0 < s.seqlen; m0 += rows) {
+              const int m1 = std::min(m0 + rows, s.seqlen);
+              const bool within = m0 >= r * Ms && m1 <= (r + 1) * Ms;
+              ASSERT_EQ(in_place.within(r, m0, m1), within) << "rows [" << m0 << ", " << m1 << ") of rank " << r;
+              if (within) {
+                in_place_rows += m1 - m0;
+                continue;
+              }
+              for (int m = std::max(m0, r * Ms); m < std::min(m1, (r + 1) * Ms); ++m)
+                needed[static_cast<std::size_t>((m - r * Ms) / c.rows)] = true;
+            }
+          std::uint64_t expected_bits = 0;
+          for (int k = 0; k < c.per_source; ++k) {
+            EXPECT_EQ(in_place.pushes_own(c, r, k), needed[static_cast<std::size_t>(k)])
+                << "P " << P << ", Ms " << Ms << ", b_m " << b_m << ", b_n " << b_n << ", rank " << r << ", chunk " << k;
+            if (!needed[static_cast<std::size_t>(k)]) expected_bits |= std::uint64_t{1} << c.in_batch(r, k);
+          }
+          EXPECT_EQ(in_place.read_in_place(c, r), expected_bits);
+          if (Ms >= 4 * std::max(b_m, b_n)) EXPECT_GT(in_place_rows, 0) << "a long shard reads some rows in place";
+          // Without in-place reads every own chunk is pushed.
+          for (int k = 0; k < c.per_source; ++k) EXPECT_TRUE(InPlaceRows{}.pushes_own(c, r, k));
+        }
+      }
 }
 
 // A lane's stepped walk over a unit's pieces lands where dividing by the row width would.

@@ -115,14 +115,14 @@ TEST(PushAudit, HeadStartAndPerWaveStallByHand) {
   const AttentionAudit a = audit_attention(kPaper, k, {16384, 4096});
   const double per_head_16k = 3.0 * 2 * 128 * 16384;  // one head's Q, K, V rows of all 16384 positions
   // A fast pusher: 128 m-blocks per head, so the first wave holds one head; after it one head per wave, 128 KV tiles
-  // (128 us) per wave, 12.6 MB per wave in 12.6 us at 1000 B/ns: no stall.
+  // (128 us) per wave, the other rank's half of a head, 6.3 MB per wave, in 6.3 us at 1000 B/ns: no stall.
   const std::vector<PushPoint> fast = audit_push(kPaper, a, 1000.0, 2, 2);
   ASSERT_EQ(fast.size(), 2u);
   EXPECT_EQ(fast[0].first_wave_heads, 1);
   EXPECT_DOUBLE_EQ(fast[0].head_start_bytes, per_head_16k / 2);
   EXPECT_DOUBLE_EQ(fast[0].head_start_ns, per_head_16k / 2 / 717.0);
   EXPECT_DOUBLE_EQ(fast[0].wave_ns, 128 * 1000.0);
-  EXPECT_DOUBLE_EQ(fast[0].wave_bytes, per_head_16k);
+  EXPECT_DOUBLE_EQ(fast[0].wave_bytes, per_head_16k / 2);  // the receiver's own half is read in place
   EXPECT_DOUBLE_EQ(fast[0].stall_per_wave_ns, 0.0);
   EXPECT_DOUBLE_EQ(fast[0].E_push_ns, fast[0].head_start_ns);
   EXPECT_DOUBLE_EQ(fast[0].pre_all_to_all_ns, 4 * per_head_16k / 2 / 717.0);
@@ -130,9 +130,9 @@ TEST(PushAudit, HeadStartAndPerWaveStallByHand) {
   // At M = 4096 the first wave (32 m-blocks per head) holds every head: the head start is the whole exchange.
   EXPECT_EQ(fast[1].first_wave_heads, 4);
   EXPECT_NEAR(fast[1].hidden_fraction, 0.0, 1e-12);
-  // A slow pusher: 12.6 MB per 128 us wave at 50 B/ns takes 251.7 us, a 123.7 us stall on each of the 3 later waves.
-  const std::vector<PushPoint> slow = audit_push(kPaper, a, 50.0, 2, 2);
-  EXPECT_DOUBLE_EQ(slow[0].stall_per_wave_ns, per_head_16k / 50.0 - 128000.0);
+  // A slow pusher: 6.3 MB per 128 us wave at 20 B/ns takes 314.6 us, a 186.6 us stall on each of the 3 later waves.
+  const std::vector<PushPoint> slow = audit_push(kPaper, a, 20.0, 2, 2);
+  EXPECT_DOUBLE_EQ(slow[0].stall_per_wave_ns, per_head_16k / 2 / 20.0 - 128000.0);
   EXPECT_DOUBLE_EQ(slow[0].E_push_ns, slow[0].head_start_ns + 3 * slow[0].stall_per_wave_ns);
   EXPECT_LT(slow[0].hidden_fraction, 0.0);  // worse than exchanging before the kernel
   EXPECT_THROW(audit_push(kPaper, a, 0.0, 2, 2), InputError);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "attention/flash_fwd_params.hpp"
 #include "attention/ulysses/layout.hpp"
 #include "comm/device_status.hpp"
 #include "comm/peer_map.hpp"
@@ -37,12 +38,24 @@ struct AllToAllDestinations {
 // The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] counts
 // the pusher's units of chunk i that have arrived (the start of every call resets them); the chunk is there at
 // target(i), InputChunks::arrival_target. flags == nullptr: every input is there already (every other path).
+//
+// The rank's own rows (InPlaceRows) are read from its own input instead: `own_q`, `own_k`, `own_v` point at its first
+// own head in its sequence-sharded [B][Ms][H][d] inputs (strides `own_strides`), which hold rows [own_first, own_first
+// + Ms) of the sequence; `in_place` says which tiles and blocks read there, and the chunks they cover are never waited
+// for (InPlaceRows::read_in_place). own_q == nullptr: every row from the inbox.
 struct InputArrivals {
   const std::uint32_t* flags = nullptr;  // [B][Hp][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;
   comm::WaitContext wait;
   int reserved_sms = 0;       // SMs the attention kernel leaves to the pusher: it runs on the others
   bool system_scope = false;  // written by peers (real ranks): acquire at system scope
+  int rank = 0;               // the receiver
+  InPlaceRows in_place;
+  std::uint64_t in_place_chunks = 0;  // the receiver's chunks never pushed (InPlaceRows::read_in_place)
+  const void* own_q = nullptr;
+  const void* own_k = nullptr;
+  const void* own_v = nullptr;
+  BmhdStrides own_strides;
 
   // The value of the flag of chunk `index_in_batch` (InputChunks::in_batch) once it is there.
   XSTAGE_HD constexpr std::uint32_t target(int index_in_batch) const { return chunks.arrival_target(index_in_batch % chunks.per_source); }

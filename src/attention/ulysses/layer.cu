@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
       const PushItem& it = part.item;
       const int per_tensor = c.units_per_tensor(it.chunk);
       x += part.stop - part.first;
+      if (!order.moves(it)) continue;  // read in place by its receiver
       const int pieces = c.rows_of(it.chunk) * width;  // of one tensor
       // The item's rows in each input (offsets from here fit 32 bits: a chunk's rows at the input's pitch) and inbox.
       const std::int64_t first_row = c.first_row(it.source, it.chunk);
@@ -361,12 +362,15 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   const int sms = current_device_facts().sm_count;
   const std::int64_t batch_heads = B * shape_.local_heads();
   push_ctas_ = opt_.push_ctas > 0 ? opt_.push_ctas : choose_push_ctas(shape_.head_dim, batch_heads, shape_.seqlen, sms);
-  // The configuration flash_attention_forward_all_to_all chooses for the SMs the pusher leaves.
-  const int b_m = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, batch_heads, shape_.seqlen, sms - push_ctas_)).block_m();
+  // The configuration flash_attention_forward_all_to_all chooses for the SMs the pusher leaves: its Q tiles and K/V
+  // blocks decide which of each receiver's own rows it reads in place.
+  const FwdTileShape tile = fwd_tile_shape(choose_fwd_tile_config(shape_.head_dim, batch_heads, shape_.seqlen, sms - push_ctas_));
+  const int b_m = tile.block_m();
   const int m_blocks = (shape_.seqlen + b_m - 1) / b_m;
   const std::int64_t tiles = batch_heads * m_blocks;
   const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
-  push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks)};
+  const InPlaceRows in_place{b_m, tile.block_n, shape_.seqlen, shape_.shard_rows()};
+  push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks), in_place};
   const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;
   for (auto& r : ranks_) {
@@ -388,6 +392,9 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     r->inputs.wait = r->state.wait_context();
     r->inputs.reserved_sms = push_ctas_;
     r->inputs.system_scope = rt != nullptr;
+    r->inputs.rank = r->rank;
+    r->inputs.in_place = in_place;
+    r->inputs.in_place_chunks = in_place.read_in_place(chunks_, r->rank);
   }
   side_ = std::make_unique<SideStream>();
   XSTAGE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -501,9 +508,16 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, cons
       const int set = rt_ ? 0 : static_cast<int>(i);
       enqueue_pusher(*inputs, push_order_.head_start_first(set), push_order_.head_start_first(set + 1), current_device_facts().sm_count,
                      kPushRunHeadStart, stream);
+      // This call's own rows, read where they lie: the rank's heads of its sequence-sharded [B][Ms][H][d] input.
+      InputArrivals arrivals = r->inputs;
+      const std::int64_t own_head = std::int64_t{r->rank} * shape_.local_heads() * shape_.head_dim * 2;
+      arrivals.own_q = static_cast<const char*>((*inputs)[i].q) + own_head;
+      arrivals.own_k = static_cast<const char*>((*inputs)[i].k) + own_head;
+      arrivals.own_v = static_cast<const char*>((*inputs)[i].v) + own_head;
+      arrivals.own_strides = packed_bmhd_strides(shape_.shard_rows(), shape_.heads, shape_.head_dim);
       flash_attention_forward_all_to_all(
           head_sharded_args(shape_, r->inbox, r->inbox + head_sharded, r->inbox + 2 * head_sharded, nullptr, HeadSharded::head_major),
-          r->dst, opt_.store_path, stream, r->inputs);
+          r->dst, opt_.store_path, stream, arrivals);
     } else {
       flash_attention_forward_all_to_all(head_sharded_args(shape_, r->head_sharded(0), r->head_sharded(1), r->head_sharded(2), nullptr),
                                          r->dst, opt_.store_path, stream);
@@ -542,13 +556,14 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, stream, p);
 }
 
-std::int64_t UlyssesAttention::pushed_remote_bytes() const {
+UlyssesAttention::PushedBytes UlyssesAttention::pushed_bytes() const {
   const PushOrder& order = push_order_;
   const std::int64_t row = static_cast<std::int64_t>(shape_.head_dim) * 2;  // an item's rows are of one head
-  std::int64_t bytes = 0;
+  PushedBytes bytes;
   for (int i = 0; i < order.items(); ++i) {
     const PushItem it = order.item(i);
-    if (it.receiver != it.source) bytes += 3 * chunks_.rows_of(it.chunk) * row;
+    if (!order.moves(it)) continue;
+    (it.receiver != it.source ? bytes.remote : bytes.own) += 3 * chunks_.rows_of(it.chunk) * row;
   }
   return bytes;
 }

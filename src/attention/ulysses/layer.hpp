@@ -97,11 +97,15 @@ class UlyssesAttention {
   // ranks only.
   void enqueue_push_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream);
 
-  // The input chunks of fused_both, and the bytes its pusher moves from the held ranks to other ranks per call (its
-  // work list summed: the pre-attention all-to-all's volume).
+  // The input chunks of fused_both, and the bytes its pusher moves per call from the held ranks (its work list summed):
+  // to other ranks (the pre-attention all-to-all's volume) and to their own inboxes (the own chunks that a Q tile or
+  // K/V block straddling the shard's boundary reads there; every other own row is read in place).
+  struct PushedBytes {
+    std::int64_t remote = 0, own = 0;
+  };
   const InputChunks& input_chunks() const { return chunks_; }
   int push_ctas() const { return push_ctas_; }  // the pusher's CTAs of this layer (UlyssesOptions::push_ctas, or chosen)
-  std::int64_t pushed_remote_bytes() const;
+  PushedBytes pushed_bytes() const;
 
   // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
   void poll() const;

@@ -130,6 +130,46 @@ XSTAGE_HD constexpr InputChunks make_input_chunks(const UlyssesShape& s, int tar
   return InputChunks{Ms, P, s.local_heads(), rows, (Ms + rows - 1) / rows, s.head_dim * 2 / 16};
 }
 
+// The receiver's own rows, read where they lie (fused_both): rank r's rows [r·Ms, (r+1)·Ms) of its own heads are in its
+// own sequence-sharded input already, so the attention kernel reads every Q tile (b_m rows) and K/V block (b_n rows)
+// that lies within them straight from there, and only the others from the inbox. A tile or block that straddles the
+// shard's boundary (b_m and b_n need not divide Ms) reads the inbox, so the own chunks it overlaps are still pushed;
+// every other own chunk is never pushed and never waited for. (P = 1: every row is the rank's own, nothing moves.)
+struct InPlaceRows {
+  int block_m = 0, block_n = 0;  // the attention kernel's tile and key-block rows; 0: nothing is read in place
+  int seqlen = 0;                // M
+  int shard_rows = 1;            // Ms
+
+  XSTAGE_HD constexpr int first(int r) const { return r * shard_rows; }
+  XSTAGE_HD constexpr int end(int r) const { return (r + 1) * shard_rows; }
+  // Whether rank r reads rows [m0, m1) (a tile's or block's rows, clipped to M) from its own input.
+  XSTAGE_HD constexpr bool within(int r, int m0, int m1) const { return block_m > 0 && m0 >= first(r) && m1 <= end(r); }
+  // Whether rows [a, b) of rank r's shard overlap a block of `rows` rows (blocks at multiples of `rows`, clipped to M)
+  // that straddles the shard's boundary: the blocks holding the shard's first and last rows, where they reach outside.
+  XSTAGE_HD constexpr bool straddled(int r, int a, int b, int rows) const {
+    const int lo = first(r), hi = end(r);
+    const int head_block = lo / rows * rows, tail_block = (hi - 1) / rows * rows;
+    const int tail_end = tail_block + rows < seqlen ? tail_block + rows : seqlen;
+    const bool head_out = head_block < lo, tail_out = tail_end > hi;
+    return (head_out && a < head_block + rows) || (tail_out && b > tail_block);
+  }
+  // Whether rank r's own chunk `chunk` (of InputChunks c) is pushed into its inbox: always without in-place reads,
+  // else only where a straddling Q tile or K/V block reads some of its rows there.
+  XSTAGE_HD constexpr bool pushes_own(const InputChunks& c, int r, int chunk) const {
+    if (block_m <= 0) return true;
+    const int a = c.first_row(r, chunk), b = a + c.rows_of(chunk);
+    return straddled(r, a, b, block_m) || straddled(r, a, b, block_n);
+  }
+  // Rank r's chunks that are never pushed to it, as the bits of the kernel's producer (InputWaits::arrived): read in
+  // place, they count as there from the start.
+  XSTAGE_HD constexpr std::uint64_t read_in_place(const InputChunks& c, int r) const {
+    std::uint64_t bits = 0;
+    for (int k = 0; k < c.per_source; ++k)
+      if (!pushes_own(c, r, k)) bits |= std::uint64_t{1} << c.in_batch(r, k);
+    return bits;
+  }
+};
+
 // The pusher's work (fused_both): one item is one chunk of one source for one head of one receiver, its Q, K and V
 // rows. Items go in the order the receivers' kernels need them, whose tiles walk m-blocks fastest, then heads, then
 // batches (tile_scheduler.hpp's arrival_order). With virtual ranks (every rank's inputs in this process, the ranks'
@@ -152,6 +192,7 @@ struct PushOrder {
   InputChunks chunks;
   int source = -1;           // real ranks: this rank; -1: virtual ranks (every rank is a source)
   int head_start_heads = 0;  // per set (first_wave_heads)
+  InPlaceRows in_place;      // the receivers' own rows that are not pushed
 
   XSTAGE_HD constexpr int sets() const { return source < 0 ? shape.ranks : 1; }
   XSTAGE_HD constexpr int heads() const { return shape.batch * chunks.heads; }  // (batch, head)s of a set
@@ -203,6 +244,12 @@ struct PushOrder {
     const Position at = locate(static_cast<int>(x - static_cast<std::int64_t>(block) * units_per_block()));
     const int stop = run_end - x < at.units - at.unit ? at.unit + static_cast<int>(run_end - x) : at.units;
     return {item(first_item + block * items_per_head() + at.rest), at.unit, stop};
+  }
+
+  // Whether the pusher moves item `it` (its receiver reads the others' rows in place): the items and their units stay
+  // numbered as if every item moved, so the pusher's warps step over the units of the others.
+  XSTAGE_HD constexpr bool moves(const PushItem& it) const {
+    return it.source != it.receiver || in_place.pushes_own(chunks, it.receiver, it.chunk);
   }
 
   XSTAGE_HD constexpr PushItem item(int i) const {

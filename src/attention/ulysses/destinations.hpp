@@ -40,9 +40,9 @@ struct AllToAllDestinations {
 // target(i), InputChunks::arrival_target. flags == nullptr: every input is there already (every other path).
 //
 // The rank's own rows (InPlaceRows) are read from its own input instead: `own_q`, `own_k`, `own_v` point at its first
-// own head in its sequence-sharded [B][Ms][H][d] inputs (strides `own_strides`), which hold rows [own_first, own_first
-// + Ms) of the sequence; `in_place` says which tiles and blocks read there, and the chunks they cover are never waited
-// for (InPlaceRows::read_in_place). own_q == nullptr: every row from the inbox.
+// own head in its sequence-sharded [B][Ms][H][d] inputs (strides `own_strides`), which hold the sequence's rows
+// [in_place.first(rank), in_place.end(rank)); `in_place` says which tiles and blocks read there, and the chunks only
+// they cover are never waited for (`in_place_chunks`). own_q == nullptr: every row from the inbox.
 struct InputArrivals {
   const std::uint32_t* flags = nullptr;  // [B][Hp][InputChunks::per_batch()], in this rank's memory
   InputChunks chunks;

@@ -246,8 +246,9 @@ struct PushOrder {
     return {item(first_item + block * items_per_head() + at.rest), at.unit, stop};
   }
 
-  // Whether the pusher moves item `it` (its receiver reads the others' rows in place): the items and their units stay
-  // numbered as if every item moved, so the pusher's warps step over the units of the others.
+  // Whether the pusher moves item `it`: every other rank's chunk, and those of the receiver's own chunks that a
+  // straddling tile or block reads from the inbox (InPlaceRows::pushes_own). The items and their units stay numbered
+  // as if every item moved; the pusher's warps step over the units of the items that do not.
   XSTAGE_HD constexpr bool moves(const PushItem& it) const {
     return it.source != it.receiver || in_place.pushes_own(chunks, it.receiver, it.chunk);
   }

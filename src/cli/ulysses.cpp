@@ -255,8 +255,9 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
       if (fused_path == UlyssesPath::fused_both) {
         // Every held rank sends (P - 1)/P of its Q, K and V: the all-to-all's volume, no byte twice.
         // Their own rows are read in place, but for the chunks that a tile or block straddling a shard boundary reads.
-        fc.pushed_remote_bytes = fused->pushed_bytes().remote;
-        fc.pushed_own_bytes = fused->pushed_bytes().own;
+        const UlyssesAttention::PushedBytes& pushed = fused->pushed_bytes();
+        fc.pushed_remote_bytes = pushed.remote;
+        fc.pushed_own_bytes = pushed.own;
         fc.own_bytes = static_cast<std::int64_t>(fused->held_ranks()) * 3 * s.batch * s.shard_rows() * s.local_heads() * s.head_dim * 2;
         fc.all_to_all_bytes = static_cast<std::int64_t>(fused->held_ranks()) * 3 * s.batch * s.shard_rows() * (P - 1) * s.local_heads() *
                               s.head_dim * 2;

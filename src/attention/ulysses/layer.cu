@@ -193,6 +193,18 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   if (pending != nullptr) push_signal(pending, pending_units, p.system_scope);
 }
 
+// The bytes a call's pusher moves: its work list summed, to other ranks and into the receivers' own inboxes.
+UlyssesAttention::PushedBytes count_pushed_bytes(const PushOrder& order) {
+  const std::int64_t row = static_cast<std::int64_t>(order.shape.head_dim) * 2;  // an item's rows are of one head
+  UlyssesAttention::PushedBytes bytes;
+  for (int i = 0; i < order.items(); ++i) {
+    const PushItem it = order.item(i);
+    if (!order.moves(it)) continue;
+    (it.receiver != it.source ? bytes.remote : bytes.own) += 3 * order.chunks.rows_of(it.chunk) * row;
+  }
+  return bytes;
+}
+
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, const InputChunks& chunks) {
   switch (static_cast<UlyssesWait>(st.what)) {
     case UlyssesWait::inputs: {
@@ -371,6 +383,7 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
   const InPlaceRows in_place{b_m, tile.block_n, shape_.seqlen, shape_.shard_rows()};
   push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks), in_place};
+  pushed_bytes_ = count_pushed_bytes(push_order_);
   const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;
   for (auto& r : ranks_) {
@@ -510,7 +523,7 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, cons
                      kPushRunHeadStart, stream);
       // This call's own rows, read where they lie: the rank's heads of its sequence-sharded [B][Ms][H][d] input.
       InputArrivals arrivals = r->inputs;
-      const std::int64_t own_head = std::int64_t{r->rank} * shape_.local_heads() * shape_.head_dim * 2;
+      const std::int64_t own_head = std::int64_t{shape_.global_head(r->rank, 0)} * shape_.head_dim * 2;
       arrivals.own_q = static_cast<const char*>((*inputs)[i].q) + own_head;
       arrivals.own_k = static_cast<const char*>((*inputs)[i].k) + own_head;
       arrivals.own_v = static_cast<const char*>((*inputs)[i].v) + own_head;
@@ -556,17 +569,7 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, stream, p);
 }
 
-UlyssesAttention::PushedBytes UlyssesAttention::pushed_bytes() const {
-  const PushOrder& order = push_order_;
-  const std::int64_t row = static_cast<std::int64_t>(shape_.head_dim) * 2;  // an item's rows are of one head
-  PushedBytes bytes;
-  for (int i = 0; i < order.items(); ++i) {
-    const PushItem it = order.item(i);
-    if (!order.moves(it)) continue;
-    (it.receiver != it.source ? bytes.remote : bytes.own) += 3 * chunks_.rows_of(it.chunk) * row;
-  }
-  return bytes;
-}
+
 
 void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
   StartOfCall start;

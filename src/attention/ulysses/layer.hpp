@@ -105,7 +105,7 @@ class UlyssesAttention {
   };
   const InputChunks& input_chunks() const { return chunks_; }
   int push_ctas() const { return push_ctas_; }  // the pusher's CTAs of this layer (UlyssesOptions::push_ctas, or chosen)
-  PushedBytes pushed_bytes() const;
+  const PushedBytes& pushed_bytes() const { return pushed_bytes_; }
 
   // Non-blocking: throws PlatformError naming the first failed device wait of any earlier call.
   void poll() const;
@@ -129,6 +129,7 @@ class UlyssesAttention {
   InputChunks chunks_;
   int push_ctas_ = 1;
   PushOrder push_order_;  // fused_both's items, head starts first (the first waves' (batch, head)s)
+  PushedBytes pushed_bytes_;  // push_order_'s items that move, summed (count_pushed_bytes)
   std::unique_ptr<SideStream> side_;
 };
 

@@ -156,11 +156,11 @@ struct MainloopSm90 {
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
-  // Whether rows [m0, m1) of the tile's head are read from the rank's own input (InPlaceRows::within).
-  CUTE_DEVICE static bool in_place(Params const& params, int m0, int m1) {
-    if constexpr (!kOwnRowsInPlace) return false;
+  // The Q tiles (b_m rows) or K/V blocks (b_n rows) read from the rank's own input (InPlaceRows::blocks_within).
+  CUTE_DEVICE static InPlaceRows::Blocks in_place(Params const& params, int rows) {
+    if constexpr (!kOwnRowsInPlace) return {};
     const InputArrivals& in = params.inputs;
-    return in.own_q != nullptr && in.in_place.within(in.rank, m0, m1);
+    return in.own_q != nullptr ? in.in_place.blocks_within(in.rank, rows) : InPlaceRows::Blocks{};
   }
 
   // The chunks of head h of batch b whose flags have reached their targets (bit j·per_source + k: chunk k from rank
@@ -283,9 +283,9 @@ struct MainloopSm90 {
     const bool leader = cutlass::canonical_lane_idx() == 0;
     // A block's K and V come from the same place: the rank's own input where the block lies within its rows, else the
     // inbox, after the wait for their chunks.
-    auto block_in_place = [&](int n) { return in_place(params, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k)); };
+    const InPlaceRows::Blocks own_blocks = in_place(params, kBlockN);
     auto load_k = [&](int n) {
-      const bool own = block_in_place(n);
+      const bool own = own_blocks.holds(n);
       if (!own) wait_for_rows(params, waits, tile, n * kBlockN, min((n + 1) * kBlockN, params.seqlen_k));
       pipeline_k.producer_acquire(k_state);
       if (leader) {
@@ -296,7 +296,7 @@ struct MainloopSm90 {
       ++k_state;
     };
     auto load_v = [&](int n) {
-      const bool own = block_in_place(n);
+      const bool own = own_blocks.holds(n);
       pipeline_v.producer_acquire(v_state);
       if (leader) {
         uint64_t* full = pipeline_v.producer_get_barrier(v_state);
@@ -312,7 +312,7 @@ struct MainloopSm90 {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
     }
     const int q0 = tile.m_block * kBlockM, q1 = min(q0 + kBlockM, params.seqlen_q);
-    const bool q_own = in_place(params, q0, q1);
+    const bool q_own = in_place(params, kBlockM).holds(tile.m_block);
     if (!q_own) wait_for_rows(params, waits, tile, q0, q1);
     if (leader) {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Config::kQBytes);

@@ -355,7 +355,8 @@ TEST(UlyssesLayout, InPlaceRowsPushExactlyWhatStraddlingBlocksRead) {
             for (int m0 = 0; m0 < s.seqlen; m0 += rows) {
               const int m1 = std::min(m0 + rows, s.seqlen);
               const bool within = m0 >= r * Ms && m1 <= (r + 1) * Ms;
-              ASSERT_EQ(in_place.within(r, m0, m1), within) << "rows [" << m0 << ", " << m1 << ") of rank " << r;
+              ASSERT_EQ(in_place.blocks_within(r, rows).holds(m0 / rows), within) << "rows [" << m0 << ", " << m1 << ") of rank " << r;
+              ASSERT_FALSE(InPlaceRows{}.blocks_within(r, rows).holds(m0 / rows));
               if (within) {
                 in_place_rows += m1 - m0;
                 continue;

@@ -142,8 +142,18 @@ struct InPlaceRows {
 
   XSTAGE_HD constexpr int first(int r) const { return r * shard_rows; }
   XSTAGE_HD constexpr int end(int r) const { return (r + 1) * shard_rows; }
-  // Whether rank r reads rows [m0, m1) (a tile's or block's rows, clipped to M) from its own input.
-  XSTAGE_HD constexpr bool within(int r, int m0, int m1) const { return block_m > 0 && m0 >= first(r) && m1 <= end(r); }
+  // The blocks of `rows` rows (block n: rows [n·rows, min((n+1)·rows, M))) that rank r reads from its own input, those
+  // within its shard: [first, last], empty without in-place reads. The kernel takes them once per tile, so that a load
+  // costs one comparison.
+  struct Blocks {
+    int first = 1, last = 0;
+    XSTAGE_HD constexpr bool holds(int n) const { return n >= first && n <= last; }
+  };
+  XSTAGE_HD constexpr Blocks blocks_within(int r, int rows) const {
+    if (block_m <= 0) return {};
+    const int last = end(r) >= seqlen ? (seqlen + rows - 1) / rows - 1 : end(r) / rows - 1;
+    return {(first(r) + rows - 1) / rows, last};
+  }
   // Whether rows [a, b) of rank r's shard overlap a block of `rows` rows (blocks at multiples of `rows`, clipped to M)
   // that straddles the shard's boundary: the blocks holding the shard's first and last rows, where they reach outside.
   XSTAGE_HD constexpr bool straddled(int r, int a, int b, int rows) const {

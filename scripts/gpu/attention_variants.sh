@@ -9,7 +9,8 @@
 # Name one build twice (A=build B=build) to see the noise floor of the comparison.
 # Arguments (the builds are given here instead of XSTAGE_BUILD; OUT: scripts/gpu/env.sh): NAME=BUILD_DIR ...
 # Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15), TIMING,
-#   EXTRA (other backends, default: cudnn, and fa4 where it imports).
+#   EXTRA (other backends, default: cudnn, and fa4 where it imports), ENERGY_S (seconds per backend and round of
+#   NVML energy windows after each shape's timings, tools/common/energy.py; default 0: none).
 # Writes $OUT/attention_variants.log and $OUT/attention_variants.tar.xz (check logs, bench.json, summary.md).
 #
 #   bash scripts/gpu/attention_variants.sh base=build-A chains=build-B
@@ -41,7 +42,7 @@ step "in turn, one process"
 extra=${EXTRA:-cudnn$(python3 -c "import flash_attn.cute.interface" 2>/dev/null && echo ,fa4)}
 XSTAGE_C_LIBRARY=$(realpath "${1#*=}/libxstage_c.so") python3 tools/attention/cudnn_bench.py --timing "${TIMING:-graph}" \
   --shapes "${SHAPES:-dit}" --reps "${REPS:-15}" "${libs[@]}" --backends "$(IFS=,; echo "${backends[*]}"),$extra" \
-  --json "$W/bench.json" --markdown "$W/summary.md" || failures=$((failures+1))
+  --energy-s "${ENERGY_S:-0}" --json "$W/bench.json" --markdown "$W/summary.md" || failures=$((failures+1))
 
 pack "$W" attention_variants
 echo "done: $failures failure(s)"

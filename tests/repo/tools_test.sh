@@ -6,7 +6,7 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab | moe_routing_rule
+#             moe_ab | moe_routing_rule | energy
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`)
 set -euo pipefail
@@ -144,6 +144,23 @@ assert s.between_waits(loop) == (2, 1), s.between_waits(loop)
 assert s.between_waits(body[:3]) is None and s.between_waits(["MUFU.EX2 R4, R4"]) is None
 assert s.wgmma_loop([(0x10, "MUFU.EX2 R4, R4"), (0x20, "BRA 0x10")]) is None
 ' || fail "sass_stats on a made-up listing" ;;
+  energy)  # the energy table of the committed run, again from its bench.json; NVML absent: a clear error, not a crash
+    PYTHONPATH=$src/python:tools/attention:tools "$py" -c '
+import json, sys, tarfile
+from common import results
+from common.energy import Nvml, NvmlUnavailable
+import cudnn_bench
+with tarfile.open("results/h200/attention/2026-12-02-chains4/b.tar.xz") as tar:
+    points = json.load(tar.extractfile("b/bench.json"))["points"]
+table = cudnn_bench.energy_table(points)
+summary = results.read_text("results/h200/attention/2026-12-02-chains4/b/summary.md")
+assert table in summary, table
+assert len(table.splitlines()) == 4 + 9 * 4, table  # title, blank line, header, rule; nine shapes x four backends
+try:
+    assert Nvml().energy_mj() > 0
+except NvmlUnavailable as e:
+    assert "libnvidia-ml" in str(e) or "NVML" in str(e), e
+' || fail "the energy table or the NVML error" ;;
   torch_vs_cli)  # it writes into the folder it reads: a copy
     cp -r results/h200/python/2026-12-01-host-time/after/torch-vs-cli "$tmp/tvc"
     run tools/python/torch_vs_cli.py "$tmp/tvc"

@@ -171,6 +171,48 @@ def markdown_table(points, backends):
     return "\n".join(lines) + "\n"
 
 
+def measure_energy(nvml, units, records, timed, flops, seconds, rounds):
+    """Per backend: `rounds` windows of >= `seconds` of its timing unit back to back (backends in rotated order),
+    NVML's energy and SM clock over each (common.energy.measure); the medians go into records[name]["energy"]."""
+    from common.energy import measure
+
+    names = list(units)
+    per = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            unit, inner = units[name]
+            unit_ms = statistics.median(timed[name].ms)
+            per[name].append(measure(nvml, unit, max(1, math.ceil(seconds * 1e3 / unit_ms)), calls_per_unit=inner))
+    for name, windows in per.items():
+        med = {key: statistics.median(w[key] for w in windows)
+               for key in ("joules_per_call", "watts", "sm_clock_mhz_median")}
+        ms_per_call = statistics.median(w["gpu_ms"] / w["calls"] for w in windows)
+        tflops = flops / (ms_per_call * 1e-3) / 1e12
+        records[name]["energy"] = {
+            "windows": windows, "joules_per_call": med["joules_per_call"], "watts": med["watts"],
+            "sm_clock_mhz": med["sm_clock_mhz_median"], "tflops": tflops,
+            "tflop_per_joule": flops / 1e12 / med["joules_per_call"],
+            "tflop_per_sm_ghz_s": tflops / (med["sm_clock_mhz_median"] / 1e3),
+        }
+        e = records[name]["energy"]
+        print(f"{name:>14} {records[name]['shape']:>22}  energy: {e['tflops']:.1f} TFLOP/s at {e['watts']:.0f} W, "
+              f"SM {e['sm_clock_mhz']:.0f} MHz, {e['joules_per_call'] * 1e3:.2f} mJ/call, {e['tflop_per_joule']:.3f} TFLOP/J, "
+              f"{e['tflop_per_sm_ghz_s']:.1f} TFLOP/s per SM GHz", flush=True)
+
+
+def energy_table(points):
+    """Per shape and backend, from the --energy-s windows: speed, mean power, SM clock, energy per call, and the
+    speed split into work per joule and work per SM cycle (TFLOP/s per GHz)."""
+    lines = ["Energy windows (NVML; medians over rounds)", "",
+             "| shape | backend | TFLOP/s | W | SM MHz | mJ/call | TFLOP/J | TFLOP/s per SM GHz |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        e = p.get("energy")
+        if e:
+            lines.append(f"| {p['shape']} | {p['backend']} | {e['tflops']:.0f} | {e['watts']:.0f} | {e['sm_clock_mhz']:.0f} | "
+                         f"{e['joules_per_call'] * 1e3:.1f} | {e['tflop_per_joule']:.3f} | {e['tflop_per_sm_ghz_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--head-dims", type=ints, default=[128, 64])
@@ -187,6 +229,10 @@ def main():
                     help="another build of libxstage_c.so, timed as backend xstage:NAME (repeatable)")
     ap.add_argument("--timing", choices=("graph", "eager"), default="graph",
                     help="graph: each timing replays a CUDA graph of the calls; eager: back-to-back eager calls")
+    ap.add_argument("--energy-s", type=float, default=0.0,
+                    help="after the timings of each shape, run each backend back to back for this many seconds per round "
+                         "and read NVML's energy counter and SM clock (tools/common/energy.py); 0: off")
+    ap.add_argument("--energy-rounds", type=int, default=3, help="rounds of --energy-s windows, backends in rotated order")
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="", help="also write the table of markdown_table() here")
     args = ap.parse_args()
@@ -216,6 +262,14 @@ def main():
 
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
+    nvml = None
+    if args.energy_s > 0:
+        from common.energy import Nvml, NvmlUnavailable
+
+        try:
+            nvml = Nvml(dev)
+        except NvmlUnavailable as e:
+            raise SystemExit(f"--energy-s: {e}")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}")
     print(f"{'backend':>14} {'shape':>22} {'time_ms':>12} {'TFLOP/s':>10}")
     points = []
@@ -255,6 +309,8 @@ def main():
                                  times_ms=times)
             print(f"{name:>14} {label:>22} {t:>12.4f} {records[name]['tflops']:>10.1f}  rel L2 vs first "
                   f"{records[name]['rel_l2_vs_first']:.2e}", flush=True)
+        if nvml is not None:
+            measure_energy(nvml, units, records, timed, flops, args.energy_s, args.energy_rounds)
         points.extend(records.values())
         del q, k, v, units
         torch.cuda.empty_cache()
@@ -272,9 +328,15 @@ def main():
                     "per point the backends take turns rep by rep (order rotated); each timing back-to-back eager calls "
                     "filling >= 2 ms, after an untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
+        "energy_protocol": None if nvml is None else
+        f"after each shape's timings, {args.energy_rounds} rounds, backends in rotated order: from an idle GPU, each "
+        f"backend's timing unit back to back for >= {args.energy_s} s; NVML total energy before and after (joules per "
+        "call, mean watts over the interval), the SM clock sampled every 5 ms; per backend the median over rounds",
         "points": points,
     }
     table = markdown_table(points, args.backends.split(","))
+    if nvml is not None:
+        table += "\n" + energy_table(points)
     print("\n" + table)
     if args.markdown:
         with open(args.markdown, "w") as f:

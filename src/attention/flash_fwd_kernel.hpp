@@ -84,7 +84,7 @@ struct FlashFwdKernel {
       typename PipelineKV::PipelineState k_state, v_state;
       typename Config::TiledMmaPV tiled_mma_pv;
       Tensor tOrO = partition_fragment_C(tiled_mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
-      OnlineSoftmax<2, Config::kSoftmaxChains> softmax(params.mainloop.softmax_scale);
+      OnlineSoftmax<2, Config::kSoftmaxChains, Config::kLoopRowMaxTests> softmax(params.mainloop.softmax_scale);
       float lse[2];
 
       Mainloop::Turns::give_first_turn(consumer_group);

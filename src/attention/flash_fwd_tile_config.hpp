@@ -43,6 +43,10 @@ struct FlashFwdTileConfig {
   // three, whose 160 registers have no room for 4 and where 2 measured 1.3-1.8% faster than 1 on the d = 64 shapes
   // (results/h200/attention/2026-12-02-wg3/).
   static constexpr int kSoftmaxChains = kNumMmaWarpGroups == 2 ? 4 : 2;
+  // Whether the key-block loop keeps the -inf tests of the running row maximum, which only a tile's first block needs
+  // (OnlineSoftmax::new_row_max): the same bits either way, but without them ptxas schedules the three-warpgroup loop
+  // 1.7-1.8% faster and the two-warpgroup loops 1-4% slower (results/h200/attention/2026-12-02-finite-max/).
+  static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2;
 
   using Element = cutlass::bfloat16_t;
   using Accum = float;

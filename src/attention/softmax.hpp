@@ -37,7 +37,7 @@ CUTE_DEVICE float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int kRows, int kChains_>
+template <int kRows, int kChains_, bool kLoopMaxTests_ = true>
 struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
   float scale_log2;  // softmax_scale * log2(e)
@@ -49,6 +49,7 @@ struct OnlineSoftmax {
   // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers
   // (the count per configuration: FlashFwdTileConfig::kSoftmaxChains).
   static constexpr int kChains = kChains_;
+  static constexpr bool kLoopMaxTests = kLoopMaxTests_;
   static_assert(kChains == 1 || kChains == 2 || kChains == 4, "1, 2 or 4 reduction chains");
   template <class Op>
   CUTE_DEVICE static float combine_chains(float (&chain)[kChains], Op op) {
@@ -69,7 +70,12 @@ struct OnlineSoftmax {
 
   // Row r's new maximum (over the running one and this block's columns, kChains chains, then the quad): updates
   // row_max[r], returns in `o_rescale` the factor for the output so far and the new maximum scaled.
-  template <class TensorRC>
+  // kMaybeUnset: the running maximum may still be -inf (a tile's first block) or the block's scores all -inf (masked).
+  // After a tile's first block both are finite (that block holds at least one key of every row: key lengths are
+  // clamped to >= 1), so the two tests and selects on the row's critical path can be left out there; for finite scores
+  // the two forms compute the same bits. Whether the loop leaves them out is kLoopMaxTests (per configuration:
+  // FlashFwdTileConfig::kLoopRowMaxTests).
+  template <bool kMaybeUnset, class TensorRC>
   CUTE_DEVICE float new_row_max(TensorRC const& s, int r, float& o_rescale) {
     constexpr int kCols = decltype(cute::size<1>(s))::value;
     float chain[kChains];
@@ -79,10 +85,16 @@ struct OnlineSoftmax {
     for (int c = kChains; c < kCols; ++c) chain[c % kChains] = fmaxf(chain[c % kChains], s(r, c));
     float m = fmaxf(row_max[r], combine_chains(chain, [](float a, float b) { return fmaxf(a, b); }));
     m = quad_allreduce_max(m);
-    // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
-    const float m_safe = (m == -INFINITY) ? 0.f : m;
-    const float m_scaled = m_safe * scale_log2;
-    o_rescale = fast_exp2((row_max[r] == -INFINITY ? m_safe : row_max[r]) * scale_log2 - m_scaled);
+    float m_scaled, previous = row_max[r];
+    if constexpr (kMaybeUnset) {
+      // A row whose scores are all -inf so far (fully masked) keeps max 0 so no inf - inf = NaN appears.
+      const float m_safe = (m == -INFINITY) ? 0.f : m;
+      m_scaled = m_safe * scale_log2;
+      previous = previous == -INFINITY ? m_safe : previous;
+    } else {
+      m_scaled = m * scale_log2;
+    }
+    o_rescale = fast_exp2(previous * scale_log2 - m_scaled);
     row_max[r] = m;
     return m_scaled;
   }
@@ -98,7 +110,7 @@ struct OnlineSoftmax {
     static_assert(kCols % kChains == 0, "columns per thread must split into the reduction chains");
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float m_scaled = new_row_max(s, r, o_rescale[r]);
+      const float m_scaled = new_row_max<true>(s, r, o_rescale[r]);
       exponentiate_from<0>(s, r, m_scaled, 0.f, o_rescale[r]);
     }
   }
@@ -118,7 +130,7 @@ struct OnlineSoftmax {
     constexpr int kCols = decltype(size<1>(s))::value;
     static_assert(kCols % kChains == 0 && kFirstCols <= kCols);
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) m_scaled[r] = new_row_max(s, r, o_rescale[r]);
+    for (int r = 0; r < kRows; ++r) m_scaled[r] = new_row_max<kLoopMaxTests>(s, r, o_rescale[r]);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       partial[r] = 0.f;

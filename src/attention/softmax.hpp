@@ -37,7 +37,7 @@ CUTE_DEVICE float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int kRows, int kChains_, bool kLoopMaxTests_ = true>
+template <int kRows, int kChains_, bool kLoopRowMaxTests_ = true>
 struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
   float scale_log2;  // softmax_scale * log2(e)
@@ -49,7 +49,7 @@ struct OnlineSoftmax {
   // the softmax of one warpgroup cannot hide while the other warpgroup's wgmma runs. More chains cost registers
   // (the count per configuration: FlashFwdTileConfig::kSoftmaxChains).
   static constexpr int kChains = kChains_;
-  static constexpr bool kLoopMaxTests = kLoopMaxTests_;
+  static constexpr bool kLoopRowMaxTests = kLoopRowMaxTests_;
   static_assert(kChains == 1 || kChains == 2 || kChains == 4, "1, 2 or 4 reduction chains");
   template <class Op>
   CUTE_DEVICE static float combine_chains(float (&chain)[kChains], Op op) {
@@ -73,7 +73,7 @@ struct OnlineSoftmax {
   // kMaybeUnset: the running maximum may still be -inf (a tile's first block) or the block's scores all -inf (masked).
   // After a tile's first block both are finite (that block holds at least one key of every row: key lengths are
   // clamped to >= 1), so the two tests and selects on the row's critical path can be left out there; for finite scores
-  // the two forms compute the same bits. Whether the loop leaves them out is kLoopMaxTests (per configuration:
+  // the two forms compute the same bits. Whether the loop leaves them out is kLoopRowMaxTests (per configuration:
   // FlashFwdTileConfig::kLoopRowMaxTests).
   template <bool kMaybeUnset, class TensorRC>
   CUTE_DEVICE float new_row_max(TensorRC const& s, int r, float& o_rescale) {
@@ -130,7 +130,7 @@ struct OnlineSoftmax {
     constexpr int kCols = decltype(size<1>(s))::value;
     static_assert(kCols % kChains == 0 && kFirstCols <= kCols);
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) m_scaled[r] = new_row_max<kLoopMaxTests>(s, r, o_rescale[r]);
+    for (int r = 0; r < kRows; ++r) m_scaled[r] = new_row_max<kLoopRowMaxTests>(s, r, o_rescale[r]);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       partial[r] = 0.f;

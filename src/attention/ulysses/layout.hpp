@@ -154,14 +154,11 @@ struct InPlaceRows {
     const int last = end(r) >= seqlen ? (seqlen + rows - 1) / rows - 1 : end(r) / rows - 1;
     return {(first(r) + rows - 1) / rows, last};
   }
-  // Whether rows [a, b) of rank r's shard overlap a block of `rows` rows (blocks at multiples of `rows`, clipped to M)
-  // that straddles the shard's boundary: the blocks holding the shard's first and last rows, where they reach outside.
+  // Whether rows [a, b) of rank r's shard overlap a block of `rows` rows that is not read in place (blocks_within):
+  // one that straddles the shard's boundary.
   XSTAGE_HD constexpr bool straddled(int r, int a, int b, int rows) const {
-    const int lo = first(r), hi = end(r);
-    const int head_block = lo / rows * rows, tail_block = (hi - 1) / rows * rows;
-    const int tail_end = tail_block + rows < seqlen ? tail_block + rows : seqlen;
-    const bool head_out = head_block < lo, tail_out = tail_end > hi;
-    return (head_out && a < head_block + rows) || (tail_out && b > tail_block);
+    const Blocks own = blocks_within(r, rows);
+    return a / rows < own.first || (b - 1) / rows > own.last;
   }
   // Whether rank r's own chunk `chunk` (of InputChunks c) is pushed into its inbox: always without in-place reads,
   // else only where a straddling Q tile or K/V block reads some of its rows there.

@@ -236,6 +236,8 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="", help="also write the table of markdown_table() here")
     args = ap.parse_args()
+    if args.energy_s > 0 and args.energy_rounds < 1:
+        ap.error(f"--energy-rounds: {args.energy_rounds}; at least 1 window per backend is needed with --energy-s")
     libs = {}
     for item in args.xstage_lib:
         name, sep, path = item.partition("=")

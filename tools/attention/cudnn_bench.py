@@ -15,7 +15,9 @@ compared with the first backend's (rel L2, `rel_l2_vs_first`: a build that compu
 More backends: `fa4` (FlashAttention-4's CuTe-DSL kernels, `flash_attn.cute.interface.flash_attn_func`, where
 importable; JIT-compiled per shape during the warm-up, on [batch, M, heads, d] like xstage), and `xstage:NAME` for
 every `--xstage-lib NAME=PATH`: another build of libxstage_c.so loaded beside the package's, so that two builds of
-the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above). Graph
+the kernel are compared in one process, in turn (an A/B that separate processes could not make: see above), all of
+them on the same [batch, M, heads, d] copies of the inputs and the same output (poisoned before each build's first
+call), so that builds differ by their code only and not by where their buffers landed. Graph
 replays of xstage's calls used to crash (an illegal address) when another backend's graph was captured after
 xstage's: the call, holding the copies of q, k, v it had prepared, was dropped once its graph was captured, and
 the next capture's torch.cuda.empty_cache() freed that memory under the graph
@@ -85,16 +87,21 @@ def load_xstage_library(path):
     return lib
 
 
-def xstage_call(q, k, v, lib=None):
-    """xstage's kernel through the C ABI (the package's library, or `lib`) on [batch, M, heads, d] copies of
-    q, k, v, prepared once."""
+def xstage_tensors(q, k, v):
+    """[batch, M, heads, d] copies of q, k, v and an output, made once per shape and shared by every xstage backend:
+    builds compared in turn then read and write the same memory, so that an A/B of two builds compares their code,
+    not where each one's copies landed."""
+    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return qb, kb, vb, torch.empty_like(qb)
+
+
+def xstage_call(keep, lib=None):
+    """xstage's kernel through the C ABI (the package's library, or `lib`) on the tensors of xstage_tensors."""
     from xstage import _capi, _tensors
 
-    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    out = torch.empty_like(qb)
-    c = [_tensors.c_tensor(t) for t in (qb, kb, vb, out)]
+    q = keep[0]
+    c = [_tensors.c_tensor(t) for t in keep]
     scale = q.shape[-1] ** -0.5
-    keep = (qb, kb, vb, out)  # the memory the descriptors point at
     # the current stream is asked at every call: under graph capture it is the capture stream
     if lib is None:
         return lambda: (_capi.flash_attention_forward(*c, None, scale, _tensors.current_stream(q.device)), keep)[1]
@@ -253,11 +260,11 @@ def main():
         args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d))
                        for d in args.head_dims for h in args.heads for m in args.seqlens]
 
-    def make_call(name, q, k, v):
-        if name == "xstage":
-            return xstage_call(q, k, v)
-        if name in libs:
-            return xstage_call(q, k, v, libs[name])
+    def make_call(name, q, k, v, shared):
+        if name == "xstage" or name in libs:
+            if "xstage" not in shared:
+                shared["xstage"] = xstage_tensors(q, k, v)
+            return xstage_call(shared["xstage"], libs.get(name))
         if name == "fa4":
             return fa4_call(q, k, v)
         return sdpa_call(BACKENDS[name], q, k, v)
@@ -284,13 +291,15 @@ def main():
         flops = 4.0 * m * m * d * h * b
         # Each backend's call (and the tensors it prepared) lives as long as its graph: every capture begins with
         # torch.cuda.empty_cache(), which would return a dropped call's memory to the driver under its graph.
-        units, records, calls = {}, {}, {}
+        units, records, calls, shared = {}, {}, {}, {}
         reference = None  # the first backend's output: every other one is compared with it
         for name in args.backends.split(","):
             rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "batch": b}
             records[name] = rec
             try:
-                fn = calls[name] = make_call(name, q, k, v)
+                fn = calls[name] = make_call(name, q, k, v, shared)
+                if name.startswith("xstage"):  # the shared output poisoned: a build that writes nothing shows
+                    shared["xstage"][3].fill_(float("nan"))
                 out = output_bhmd(name, fn()).float()
                 if reference is None:
                     reference = out
@@ -314,7 +323,7 @@ def main():
         if nvml is not None:
             measure_energy(nvml, units, records, timed, flops, args.energy_s, args.energy_rounds)
         points.extend(records.values())
-        del q, k, v, units
+        del q, k, v, units, shared
         torch.cuda.empty_cache()
     doc = {
         "command": " ".join(sys.argv),

@@ -18,6 +18,7 @@
 #include "common/device_buffer.hpp"
 #include "common/gpu_timing.hpp"
 #include "common/stats.hpp"
+#include "common/turn_order.hpp"
 #include "attention/device_fill.hpp"
 #include "attention/flash_fwd.hpp"
 #include "attention/reference.hpp"
@@ -391,7 +392,7 @@ void run_bench(const BenchOptions& opt) {
         args.v = v.get();
         args.o = o.get();
         // Each configuration of this head dim (or the launcher's choice), timed in turn: trial by trial, every
-        // configuration once, the order rotated by one, so clock and power drift land in all of them alike.
+        // configuration once, in common/turn_order.hpp's balanced order, so clock and power drift land in all of them alike.
         std::vector<FlashFwdArgs> variants;
         for (const auto& c : configs)
           if (!c || attention::fwd_tile_shape(*c).head_dim == d) {
@@ -406,10 +407,8 @@ void run_bench(const BenchOptions& opt) {
         const int inner = std::max(1, int(std::ceil(2.0 / std::max(estimate, 1e-3))));  // >= ~2 ms per timing
         std::vector<std::vector<double>> times(variants.size());
         for (int t = 0; t < opt.trials; ++t)
-          for (std::size_t j = 0; j < variants.size(); ++j) {
-            const std::size_t i = (t + j) % variants.size();  // rotated per trial, as the Ulysses bench (ulysses.cpp)
+          for (const int i : turn_order(static_cast<int>(variants.size()), t))
             times[i].push_back(time_launches_ms(launcher(i), 1, inner, nullptr)[0]);
-          }
         for (std::size_t i = 0; i < variants.size(); ++i) {
           const double t_ms = median(times[i]);
           const double flops = 4.0 * double(m) * double(m) * d * h * opt.batch;

@@ -39,6 +39,7 @@
 #include "common/gpu_timing.hpp"
 #include "common/run_info.hpp"
 #include "common/stats.hpp"
+#include "common/turn_order.hpp"
 #include "model/attention.hpp"
 #include "model/platform.hpp"
 
@@ -322,10 +323,9 @@ int run_check(comm::Runtime* rt, const UlyssesArgs& args) {
 // graph of `replays` calls; per trial all ranks line up, the time per call is the graph's time / replays, the
 // trial's time the max over ranks; the median over trials is reported. The variants of one shape are captured
 // first and then timed in turn within every trial (FA-only, fused, serial, ... each once per trial), so clock
-// and thermal drift lands in every variant alike instead of in their differences. The order rotates by one variant
-// per trial, so that whatever a variant inherits from the one before it (under the power cap, the clock a light or a
-// heavy predecessor left) is not the same in every trial; on H200 the fixed order showed no such bias
-// (results/h200/attention/2026-12-02-fused-both-by-head/power/), the rotation only rules it out.
+// and thermal drift lands in every variant alike instead of in their differences. The order of each trial is
+// common/turn_order.hpp's, so that whatever a variant inherits from the one before it (under the power cap, the clock
+// a light or a heavy predecessor left) is every other variant's equally often.
 class VariantTimer {
  public:
   // rt: real ranks (lined up before each timing, max over ranks); null: virtual ranks in this process.
@@ -360,8 +360,7 @@ class VariantTimer {
     const int n = static_cast<int>(execs_.size());
     std::vector<double> mine(static_cast<std::size_t>(n) * trials_);
     for (int t = 0; t < trials_; ++t)
-      for (int i = 0; i < n; ++i) {
-        const int v = (t + i) % n;
+      for (const int v : turn_order(n, t)) {
         if (rt_) rt_->barrier();
         XSTAGE_CUDA_CHECK(cudaEventRecord(start_, stream_));
         XSTAGE_CUDA_CHECK(cudaGraphLaunch(execs_[v], stream_));
@@ -404,7 +403,7 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
   nlohmann::json doc = {{"command", command_line()}, {"timestamp", utc_timestamp()}, {"ranks", P}, {"virtual", rt == nullptr},
                         {"platform", platform_file},
                         {"protocol", "CUDA graph of " + std::to_string(args.replays) + " back-to-back calls per variant; per trial "
-                                     "every variant in turn (the order rotated by one per trial), all ranks lined up before each, time per call = graph time / calls, max "
+                                     "every variant in turn (common/turn_order.hpp's balanced order), all ranks lined up before each, time per call = graph time / calls, max "
                                      "over ranks; median over " + std::to_string(args.trials) + " trials" +
                                      (rt ? "" : "; virtual ranks: all P ranks' work in one process on one GPU, one after another")},
                         {"results", nlohmann::json::array()}};

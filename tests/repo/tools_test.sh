@@ -6,7 +6,7 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab | moe_routing_rule | energy
+#             moe_ab | moe_routing_rule | energy | timing
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`)
 set -euo pipefail
@@ -144,6 +144,30 @@ assert s.between_waits(loop) == (2, 1), s.between_waits(loop)
 assert s.between_waits(body[:3]) is None and s.between_waits(["MUFU.EX2 R4, R4"]) is None
 assert s.wgmma_loop([(0x10, "MUFU.EX2 R4, R4"), (0x20, "BRA 0x10")]) is None
 ' || fail "sass_stats on a made-up listing" ;;
+  timing)  # the benches' balanced turn order: every unit follows every other equally often (the CLI's rows too)
+    PYTHONPATH=tools "$py" -c '
+from common.timing import turn_order, turn_period
+for n in range(1, 10):
+    period, first, follows = turn_period(n), [0] * n, [[0] * n for _ in range(n)]
+    for t in range(period):
+        order = turn_order(n, t)
+        assert sorted(order) == list(range(n)), (n, t, order)
+        first[order[0]] += 1
+        for a, b in zip(order, order[1:]):
+            follows[a][b] += 1
+    times = period // n
+    assert first == [times] * n, (n, first)
+    assert all(follows[a][b] == (0 if a == b else times) for a in range(n) for b in range(n)), (n, follows)
+# src/common/turn_order.hpp writes the same rows (tests/common/turn_order_test.cpp)
+assert [turn_order(4, t) for t in range(4)] == [[0, 1, 3, 2], [1, 2, 0, 3], [2, 3, 1, 0], [3, 0, 2, 1]]
+assert [turn_order(3, t) for t in range(6)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0], [0, 2, 1], [1, 0, 2]]
+for bad in ((0, 0), (3, -1)):
+    try:
+        turn_order(*bad)
+    except ValueError:
+        continue
+    raise AssertionError(bad)
+' || fail "turn_order is not balanced" ;;
   energy)  # the energy table of the committed run, again from its bench.json; NVML absent: a clear error, not a crash
     PYTHONPATH=$src/python:tools/attention:tools "$py" -c '
 import json, sys, tarfile

@@ -5,8 +5,9 @@ Backends: torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(SDP
 for context, FLASH_ATTENTION, on [batch, heads, M, d] contiguous inputs as torch expects; and xstage's kernel
 through its C ABI (the xstage package: PYTHONPATH=python, XSTAGE_C_LIBRARY=<build>/libxstage_c.so) on the
 same values laid out [batch, M, heads, d], its native layout. Per point, after a warm-up of each, the backends
-take turns rep by rep in a rotated order (tools/common/timing.py: the H200's power-capped clock follows its recent
-load, so backends timed one after the other would differ by the clock too), each timing one replay of a CUDA
+take turns rep by rep in a balanced order (tools/common/timing.py: the H200's power-capped clock follows its recent
+load, so backends timed one after the other would differ by the clock too, and each must follow every other equally
+often), each timing one replay of a CUDA
 graph of back-to-back calls filling >= 2 ms after an untimed replay (GPU time: torch's SDPA dispatch takes more
 host time than the smallest kernels here). CUDA-event medians; TFLOP/s = 4 * M^2 * d * heads * batch / t.
 A backend that refuses a shape (or, for xstage, cannot be loaded) is recorded with its error. Each backend's output is
@@ -41,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
-from common.timing import calls_per_timing, captured, repeat, time_in_turn, warm_up  # noqa: E402
+from common.timing import calls_per_timing, captured, repeat, time_in_turn, turn_order, warm_up  # noqa: E402
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 # [batch, M, heads, d] of DiT attention layers at their usual resolutions (video shapes: one 480p / 720p clip).
@@ -179,14 +180,14 @@ def markdown_table(points, backends):
 
 
 def measure_energy(nvml, units, records, timed, flops, seconds, rounds):
-    """Per backend: `rounds` windows of >= `seconds` of its timing unit back to back (backends in rotated order),
+    """Per backend: `rounds` windows of >= `seconds` of its timing unit back to back (backends in turn_order),
     NVML's energy and SM clock over each (common.energy.measure); the medians go into records[name]["energy"]."""
     from common.energy import measure
 
     names = list(units)
     per = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in (names[i] for i in turn_order(len(names), r)):
             unit, inner = units[name]
             unit_ms = statistics.median(timed[name].ms)
             per[name].append(measure(nvml, unit, max(1, math.ceil(seconds * 1e3 / unit_ms)), calls_per_unit=inner))
@@ -239,7 +240,7 @@ def main():
     ap.add_argument("--energy-s", type=float, default=0.0,
                     help="after the timings of each shape, run each backend back to back for this many seconds per round "
                          "and read NVML's energy counter and SM clock (tools/common/energy.py); 0: off")
-    ap.add_argument("--energy-rounds", type=int, default=3, help="rounds of --energy-s windows, backends in rotated order")
+    ap.add_argument("--energy-rounds", type=int, default=3, help="rounds of --energy-s windows, backends in turn_order")
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="", help="also write the table of markdown_table() here")
     args = ap.parse_args()
@@ -333,14 +334,14 @@ def main():
         "cudnn": torch.backends.cudnn.version(),
         "xstage_libs": dict(item.partition("=")[::2] for item in args.xstage_lib),
         "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
-        "protocol": "per point the backends take turns rep by rep (order rotated); each timing one replay of a CUDA "
+        "protocol": "per point the backends take turns rep by rep (common.timing.turn_order); each timing one replay of a CUDA "
                     "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call"
                     if args.timing == "graph" else
-                    "per point the backends take turns rep by rep (order rotated); each timing back-to-back eager calls "
+                    "per point the backends take turns rep by rep (common.timing.turn_order); each timing back-to-back eager calls "
                     "filling >= 2 ms, after an untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "energy_protocol": None if nvml is None else
-        f"after each shape's timings, {args.energy_rounds} rounds, backends in rotated order: from an idle GPU, each "
+        f"after each shape's timings, {args.energy_rounds} rounds, backends in turn_order: from an idle GPU, each "
         f"backend's timing unit back to back for >= {args.energy_s} s; NVML total energy before and after (joules per "
         "call, mean watts over the interval), the SM clock sampled every 5 ms; per backend the median over rounds",
         "points": points,

@@ -3,8 +3,9 @@ tools/attention/cudnn_bench.py) and the diffusers examples (examples/diffusers/)
 
 An H200 is power-capped: its SM clock follows the load of the last seconds (1.2-1.98 GHz within one run), so
 two things timed one after the other differ by the clock as well as by the code. Hence: warm up, then let the
-compared things take turns rep by rep in an order rotated every rep (what ran just before a timing sets the
-power headroom it starts with; a fixed order would favour whatever follows the lightest).
+compared things take turns rep by rep, in turn_order's balanced order: what ran just before a timing sets the power
+headroom it starts with, so every unit must follow every other equally often (a fixed order, or one fixed order
+rotated every rep, keeps each unit's predecessor and favours whatever follows the lightest).
 
 Each timing starts one of two ways:
   busy  right after an untimed call of the same unit, so the GPU is busy while the host enqueues the timed
@@ -78,11 +79,36 @@ def repeat(fn, calls: int):
     return unit
 
 
+def turn_period(n: int) -> int:
+    """Reps after which turn_order repeats: n for an even n, 2n for an odd n."""
+    return n if n % 2 == 0 else 2 * n
+
+
+def turn_order(n: int, rep: int) -> List[int]:
+    """Rep `rep`'s order of n units: the rows of a Williams design, a Latin square balanced for first-order carryover
+    (the CLI's benches use the same one: src/common/turn_order.hpp). Row r of the square is 0, 1, n-1, 2, n-2, ...
+    each plus r (mod n); for an odd n, rows n..2n-1 are rows 0..n-1 reversed. Over one turn_period every unit comes
+    first equally often and follows every other unit equally often."""
+    if n < 1 or rep < 0:
+        raise ValueError(f"turn_order: {n} units, rep {rep} (need n >= 1 and rep >= 0)")
+    row = rep % turn_period(n)
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    order = [(x + row) % n for x in base]
+    return order[::-1] if row >= n else order
+
+
 def time_in_turn(units: Dict[str, Callable], reps: int, *, start: str = "busy", warmup: int = 0,
                  prepare: Optional[Dict[str, Callable]] = None,
                  device: Optional[torch.device] = None) -> Dict[str, Timings]:
     """units: name -> a callable that enqueues one timing's work. Returns name -> Timings of `reps` timings each,
-    the names taking turns in an order rotated every rep. start: "busy" or "idle" (the module's docstring).
+    the names taking turns in turn_order's order, the timed reps from its first row (`reps` a multiple of
+    turn_period balances the predecessors exactly; otherwise the last period is cut short). start: "busy" or "idle" (the module's docstring).
     warmup: untimed rounds in the same order first. prepare: name -> a callable run untimed before each of that
     name's calls (switching a model's attention processor, say). device: where the units run (default: the
     current CUDA device, else the CPU)."""
@@ -97,7 +123,7 @@ def time_in_turn(units: Dict[str, Callable], reps: int, *, start: str = "busy", 
     if cuda:
         torch.cuda.synchronize(device)
     for rep in range(-warmup, reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in (names[i] for i in turn_order(len(names), rep % turn_period(len(names)))):
             unit = units[name]
             if name in prepare:
                 prepare[name]()

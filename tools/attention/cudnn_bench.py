@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
-from common.timing import calls_per_timing, captured, repeat, time_in_turn, turn_order, warm_up  # noqa: E402
+from common.timing import calls_per_timing, captured, repeat, time_in_turn, turn_order, turn_period, warm_up  # noqa: E402
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 # [batch, M, heads, d] of DiT attention layers at their usual resolutions (video shapes: one 480p / 720p clip).
@@ -227,7 +227,9 @@ def main():
     ap.add_argument("--heads", type=ints, default=[4, 12])
     ap.add_argument("--seqlens", type=ints, default=[4096, 8192, 16384, 32768, 65536])
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=20,
+                    help="timings per backend and shape, rounded up to whole periods of the turn order (every backend "
+                         "then follows every other equally often)")
     ap.add_argument("--warmup-ms", type=float, default=200.0)
     ap.add_argument("--shapes", type=parse_shapes, default=None,
                     help="'dit' or 'B,M,H,d;...' instead of the grid of --head-dims, --heads, --seqlens, --batch")
@@ -244,6 +246,8 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="", help="also write the table of markdown_table() here")
     args = ap.parse_args()
+    if args.reps < 1:
+        ap.error(f"--reps: {args.reps}; at least 1 timing per backend is needed")
     if args.energy_s > 0 and args.energy_rounds < 1:
         ap.error(f"--energy-rounds: {args.energy_rounds}; at least 1 window per backend is needed with --energy-s")
     libs = {}
@@ -313,7 +317,8 @@ def main():
             except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                 rec["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                 print(f"{name:>14} {label:>22}  error: {rec['error']}", flush=True)
-        timed = time_in_turn({name: unit for name, (unit, _) in units.items()}, args.reps)
+        period = turn_period(len(units)) if units else 1
+        timed = time_in_turn({name: unit for name, (unit, _) in units.items()}, -(-args.reps // period) * period)
         for name, timings in timed.items():
             times = [t / units[name][1] for t in timings.ms]
             t = statistics.median(times)

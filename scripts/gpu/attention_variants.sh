@@ -6,9 +6,11 @@
 #      CUDA-graph replays (TIMING=eager: eager calls), every output compared with the first build's; builds timed
 #      in separate processes one after the other would compare the power-capped clock as much as the kernels;
 #   3. a table of TFLOP/s per shape and backend with the ratio to the first build, and the geometric mean.
-# Name one build twice (A=build B=build) to see the noise floor of the comparison.
+# Name one build twice (A=build B=build) to see the noise floor of the comparison (a copy of one library under another
+# path is loaded as a second library).
 # Arguments (the builds are given here instead of XSTAGE_BUILD; OUT: scripts/gpu/env.sh): NAME=BUILD_DIR ...
-# Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15; cudnn_bench.py rounds it up to whole periods of its balanced turn order), TIMING,
+# Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15, rounded up to
+#   whole periods of the balanced turn order), TIMING,
 #   EXTRA (other backends, default: cudnn, and fa4 where it imports), ENERGY_S (seconds per backend and round of
 #   NVML energy windows after each shape's timings, tools/common/energy.py; default 0: none).
 # Writes $OUT/attention_variants.log and $OUT/attention_variants.tar.xz (check logs, bench.json, summary.md).

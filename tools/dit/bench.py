@@ -8,7 +8,7 @@ One GPU (a plain run), per model of tools/dit/models.py at its published size, r
       attention backend of diffusers that runs here -- `--backends`, default native (diffusers' default:
       torch SDPA), _native_cudnn, _native_flash, _native_efficient, flex, _native_math, and xstage -- as rel L2
       against native; then one forward timed per backend, the backends taking turns (tools/common/timing.py:
-      each timing from an idle GPU, so that the host's share of a forward counts; the order rotated every rep).
+      each timing from an idle GPU, so that the host's share of a forward counts; the order balanced: turn_order).
       A backend that raises (a mask it does not take, memory) is recorded with its error; one whose first
       forward is more than --slow times native's is recorded with that time and left out of the turns. A model
       whose attention does not go through diffusers' registry (sd3 in diffusers 0.42) is recorded as such.
@@ -243,7 +243,7 @@ def main(argv=None):
     import xstage.diffusers  # noqa: F401  (registers the "xstage" backend)
 
     doc = {"command": " ".join([sys.executable] + sys.argv), "machine": machine(), "size": args.size, "reps": args.reps,
-           "protocol": "one forward per timing, after an untimed forward, backends in turn (order rotated every rep); "
+           "protocol": "one forward per timing, after an untimed forward, backends in turn (common.timing.turn_order); "
                        "CUDA events; median", "models": {}}
     for name in args.models:
         say(f"== {name}")

@@ -11,7 +11,7 @@ same shapes run in the same session:
 
 Protocol (tools/common/timing.py), per point: the GPU is kept busy with the op for --warmup-ms (1 s before the
 first point); a timing covers back-to-back calls filling >= 2 ms (as `xstage attention bench` does), after an
-untimed repeat of itself; each of --reps rounds times every mode once, the modes taking turns in a rotated order,
+untimed repeat of itself; each of --reps rounds times every mode once, the modes taking turns in a balanced order,
 so that all see the same clock (this H200 is power-capped and its clock swings by 10% within seconds). The
 median per call is reported; the host's per-call work hides behind the kernels as long as it is shorter. Modes:
   eager  the Python op called back to back; host_us is the host's time per call in that loop (perf_counter);

@@ -6,8 +6,7 @@
 #      CUDA-graph replays (TIMING=eager: eager calls), every output compared with the first build's; builds timed
 #      in separate processes one after the other would compare the power-capped clock as much as the kernels;
 #   3. a table of TFLOP/s per shape and backend with the ratio to the first build, and the geometric mean.
-# Name one build twice (A=build B=build) to see the noise floor of the comparison (a copy of one library under another
-# path is loaded as a second library).
+# Name one build twice (A=build B=build) to see the noise floor of the comparison.
 # Arguments (the builds are given here instead of XSTAGE_BUILD; OUT: scripts/gpu/env.sh): NAME=BUILD_DIR ...
 # Knobs: SHAPES ('dit', the default, or 'B,M,H,d;...'), REPS (timings per backend and shape, default 15, rounded up to
 #   whole periods of the balanced turn order), TIMING,

@@ -392,7 +392,7 @@ void run_bench(const BenchOptions& opt) {
         args.v = v.get();
         args.o = o.get();
         // Each configuration of this head dim (or the launcher's choice), timed in turn: trial by trial, every
-        // configuration once, in common/turn_order.hpp's balanced order, so clock and power drift land in all of them alike.
+        // configuration once, in common/turn_order.hpp's balanced order, so clock and power drift land in all alike.
         std::vector<FlashFwdArgs> variants;
         for (const auto& c : configs)
           if (!c || attention::fwd_tile_shape(*c).head_dim == d) {

@@ -42,7 +42,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
-from common.timing import calls_per_timing, captured, repeat, time_in_turn, turn_order, turn_period, warm_up  # noqa: E402
+from common.timing import (calls_per_timing, captured, repeat, time_in_turn, turn_order,  # noqa: E402
+                           turn_period, warm_up)
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 # [batch, M, heads, d] of DiT attention layers at their usual resolutions (video shapes: one 480p / 720p clip).
@@ -339,11 +340,12 @@ def main():
         "cudnn": torch.backends.cudnn.version(),
         "xstage_libs": dict(item.partition("=")[::2] for item in args.xstage_lib),
         "layout": "[batch, heads, M, d] bf16 contiguous (xstage: the same values as [batch, M, heads, d]), non-causal",
-        "protocol": "per point the backends take turns rep by rep (common.timing.turn_order); each timing one replay of a CUDA "
-                    "graph of back-to-back calls filling >= 2 ms, after an untimed replay; median per call"
+        "protocol": "per point the backends take turns rep by rep (common.timing.turn_order); each timing one "
+                    "replay of a CUDA graph of back-to-back calls filling >= 2 ms, after an untimed replay; "
+                    "median per call"
                     if args.timing == "graph" else
-                    "per point the backends take turns rep by rep (common.timing.turn_order); each timing back-to-back eager calls "
-                    "filling >= 2 ms, after an untimed repeat; median per call",
+                    "per point the backends take turns rep by rep (common.timing.turn_order); each timing back-to-back "
+                    "eager calls filling >= 2 ms, after an untimed repeat; median per call",
         "flops_formula": "4 * M^2 * d * heads * batch",
         "energy_protocol": None if nvml is None else
         f"after each shape's timings, {args.energy_rounds} rounds, backends in turn_order: from an idle GPU, each "

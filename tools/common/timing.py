@@ -108,10 +108,10 @@ def time_in_turn(units: Dict[str, Callable], reps: int, *, start: str = "busy", 
                  device: Optional[torch.device] = None) -> Dict[str, Timings]:
     """units: name -> a callable that enqueues one timing's work. Returns name -> Timings of `reps` timings each,
     the names taking turns in turn_order's order, the timed reps from its first row (`reps` a multiple of
-    turn_period balances the predecessors exactly; otherwise the last period is cut short). start: "busy" or "idle" (the module's docstring).
-    warmup: untimed rounds in the same order first. prepare: name -> a callable run untimed before each of that
-    name's calls (switching a model's attention processor, say). device: where the units run (default: the
-    current CUDA device, else the CPU)."""
+    turn_period balances the predecessors exactly; otherwise the last period is cut short). start: "busy" or
+    "idle" (the module's docstring). warmup: untimed rounds in the same order first. prepare: name -> a callable
+    run untimed before each of that name's calls (switching a model's attention processor, say). device: where
+    the units run (default: the current CUDA device, else the CPU)."""
     if start not in ("busy", "idle"):
         raise ValueError(f"start must be 'busy' or 'idle', not {start!r}")
     prepare = prepare or {}

@@ -380,7 +380,7 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 
 // The fused kernel's per-tile trace of its last call (instrumented builds, kernel/stats.hpp) as compact JSON
 // arrays per CTA: anchors [start_ns, start_clock, end_ns, end_clock], tiles [stage, row, mainloop_start,
-// mainloop_end, epilogue_end, staging_wait] and drains, per Linear-2 tile each storer warp's phase stamps in turn
+// mainloop_end, epilogue_end, staging_wait, l1_stored, l1_fenced] and drains, per Linear-2 tile each storer warp's phase stamps in turn
 // [staged, loaded, issued, drained, released] (warp 0's, then warp 1's as staged_w1, ...), in SM cycles.
 void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const nlohmann::json& about) {
   const auto trace = layer.read_trace();
@@ -392,7 +392,7 @@ void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const
     const std::size_t n = std::min<std::size_t>(a.tiles, trace->capacity), m = std::min<std::size_t>(a.l2_tiles, trace->capacity);
     for (std::size_t i = 0; i < n; ++i) {
       const moe::MoeTileRecord& t = trace->tiles[c * trace->capacity + i];
-      tiles.push_back({t.stage, t.row, t.mainloop_start, t.mainloop_end, t.epilogue_end, t.staging_wait});
+      tiles.push_back({t.stage, t.row, t.mainloop_start, t.mainloop_end, t.epilogue_end, t.staging_wait, t.l1_stored, t.l1_fenced});
     }
     for (std::size_t j = 0; j < m; ++j) {
       nlohmann::json row = nlohmann::json::array();
@@ -411,7 +411,7 @@ void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const
       drain_columns.push_back(w == 0 ? std::string(name) : std::string(name) + "_w" + std::to_string(w));
   nlohmann::json doc = about;
   doc["columns"] = {{"anchors", {"start_ns", "start_clock", "end_ns", "end_clock"}},
-                    {"tiles", {"stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait"}},
+                    {"tiles", {"stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait", "l1_stored", "l1_fenced"}},
                     {"drains", drain_columns}};
   doc["ctas"] = ctas;
   write_json_file(path, doc, -1);  // compact: a trace holds every tile of every CTA

@@ -98,6 +98,24 @@ PY
     has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 0 | 1.00 / 1.00 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 5.00 / 5.00 | 1 |"
     has "$tmp/phases-out/phases.md" "| x | expert-wave | warp 1 | 0.50 / 0.50 | 3.00 / 3.00 | 1.00 / 1.00 | 0.50 / 0.50 | 4.50 / 4.50 | 1 |"
     has "$tmp/phases-out/tiles.md" "| x | expert-wave | 1000 | 0.00 | nan / nan | 0.9 / 0.10 | nan | 0 | 0.0 | 1 |"
+    # A trace with the Linear-1 epilogue's phase stamps (one CTA at 2 cycles/ns, two L1 tiles, one L2 tile):
+    # l1_epilogue.md in µs, the L2 tile's zeros left out; tiles.md reads the longer tile records as before.
+    mkdir "$tmp/l1"
+    "$py" - "$tmp/l1/trace_y.json" <<'PY'
+import json, sys
+doc = {"config": "y", "impl": "megamoe-interleaved D=9 128x256", "rank": 0,
+       "columns": {"tiles": ["stage", "row", "mainloop_start", "mainloop_end", "epilogue_end", "staging_wait",
+                             "l1_stored", "l1_fenced"], "drains": ["staged", "issued", "drained"]},
+       "ctas": [{"anchors": [0, 0, 10**6, 2 * 10**6],
+                 "tiles": [[1, 0, 0, 2000, 12000, 0, 6000, 8000], [1, 1, 12000, 14000, 26000, 0, 20000, 22000],
+                           [2, 0, 26000, 28000, 30000, 0, 0, 0]],
+                 "drains": [[30000, 31000, 32000]]}]}
+json.dump(doc, open(sys.argv[1], "w"))
+PY
+    run tools/moe/trace_figures.py "$tmp/l1" --out "$tmp/l1-out"
+    has "$tmp/l1-out/l1_epilogue.md" "| y | interleaved | 2.50 / 3.00 | 1.00 / 1.00 | 2.00 / 2.00 | 5.50 / 6.00 | 2 |"
+    has "$tmp/l1-out/tiles.md" "| y | interleaved | 1000 | 0.00 | 1.0 / 5.50 | 1.0 / 1.00 | 0.00 | 0 | 0.0 | 1 |"
+    [ ! -e "$tmp/phases-out/l1_epilogue.md" ] || fail "l1_epilogue.md from a trace without its stamps"
     # Where the consumers' time goes at few rows per expert, again from the committed traces.
     run tools/moe/trace_figures.py results/h200/moe/2026-12-01-small-batch-trace/traces --out "$tmp/small"
     same_report "$tmp/small/tiles.md" results/h200/moe/2026-12-01-small-batch-trace/tiles.md ;;

@@ -17,7 +17,10 @@ CMake -DXSTAGE_MOE_STATS=ON) as the paper shows them:
   phases.md / .json   traces that stamp the storer's phases (drain columns `loaded`, `released`): per
                       configuration, schedule and storer warp, the median and p90 of each phase of T_RS:
                       RowSource loads, store issue (staged rows read and stored), fence (the staging-slot
-                      arrive and the system-scope fence), release (the count and l2_done releases).
+                      arrive and the system-scope fence), release (the count and l2_done releases);
+  l1_epilogue.md/.json  traces that stamp the Linear-1 epilogue's phases (tile columns `l1_stored`,
+                      `l1_fenced`): per configuration and schedule, the median and p90 of its SwiGLU and ring
+                      stores, its fence, and the consumer warpgroups' barrier with the l1_done release.
 
     python3 tools/moe/trace_figures.py DIR [--predictions FILE] --out OUTDIR
 
@@ -92,7 +95,7 @@ def summarize(doc):
     for _, to_ns, f, tiles, drains in per_cta(doc):
         for d in drains:
             t_rs.append((d[col["drained"]] - d[col["staged"]]) / f / 1e3)
-        for stage, _row, m0, m1, _end, wait in tiles:
+        for stage, _row, m0, m1, _end, wait, *_ in tiles:
             (ml1 if stage == 1 else ml2).append((m1 - m0) / f / 1e3)
             if stage == 2:
                 waits.append(wait / f / 1e3)
@@ -116,7 +119,7 @@ def tile_walk(doc):
         s_ns, s_clk, e_ns, _e_clk = doc["ctas"][c]["anchors"]
         spans.append((e_ns - s_ns) / 1e3)
         b, g, prev = 0.0, 0.0, None
-        for stage, _row, m0, m1, end, _wait in tiles:
+        for stage, _row, m0, m1, end, _wait, *_ in tiles:
             ml[stage].append((m1 - m0) / f / 1e3)
             epi[stage].append((end - m1) / f / 1e3)
             b += (m1 - m0) / f / 1e3
@@ -146,6 +149,50 @@ def write_tiles(docs, out):
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out, "tiles.json"), "w") as f:
         json.dump(rows, f, indent=1)
+
+
+# The Linear-1 epilogue's phases: (name, from column, to column) of a tile record.
+L1_PHASES = [("SwiGLU + stores", "mainloop_end", "l1_stored"), ("fence", "l1_stored", "l1_fenced"),
+             ("barrier + release", "l1_fenced", "epilogue_end"), ("epilogue", "mainloop_end", "epilogue_end")]
+
+
+def l1_epilogue_summary(doc):
+    """Per phase of the Linear-1 epilogue: (median, p90) in µs over L1 tiles; None for traces without the stamps."""
+    col = {name: i for i, name in enumerate(doc.get("columns", {}).get("tiles", []))}
+    if "l1_stored" not in col:
+        return None
+    spans = {name: [] for name, _, _ in L1_PHASES}
+    for _, _to_ns, f, tiles, _drains in per_cta(doc):
+        for t in tiles:
+            if t[col["stage"]] == 1:
+                for name, a, b in L1_PHASES:
+                    spans[name].append((t[col[b]] - t[col[a]]) / f / 1e3)
+    return {name: (median(v), quantile(v, 0.9), len(v)) for name, v in spans.items()}
+
+
+def write_l1_epilogue(docs, out):
+    """l1_epilogue.md / .json: the Linear-1 epilogue's phases per configuration and schedule (traces that stamp them)."""
+    rows = []
+    for d in docs:
+        ph = l1_epilogue_summary(d)
+        if ph:
+            rows.append({"config": d["config"], "schedule": schedule_of(d["impl"]),
+                         **{f"{name} median_us": m for name, (m, _p, _n) in ph.items()},
+                         **{f"{name} p90_us": p for name, (_m, p, _n) in ph.items()},
+                         "l1_tiles": ph["epilogue"][2]})
+    if not rows:
+        return
+    names = [name for name, _, _ in L1_PHASES]
+    lines = ["| configuration | schedule | " + " | ".join(f"{n} median / p90 (µs)" for n in names) + " | L1 tiles |",
+             "|---|---|" + "---:|" * (len(names) + 1)]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['schedule']} | " +
+                     " | ".join(f"{r[n + ' median_us']:.2f} / {r[n + ' p90_us']:.2f}" for n in names) + f" | {r['l1_tiles']} |")
+    with open(os.path.join(out, "l1_epilogue.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "l1_epilogue.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print("\n".join(lines))
 
 
 def write_phases(docs, out):
@@ -207,6 +254,7 @@ def main():
     print("\n".join(lines))
     write_tiles(docs, args.out)
     write_phases(docs, args.out)
+    write_l1_epilogue(docs, args.out)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -235,7 +283,7 @@ def main():
             for c, to_ns, f, tiles, _drains in per_cta(d):
                 if c >= args.ctas:
                     break
-                for stage, _row, m0, m1, end, wait in tiles:
+                for stage, _row, m0, m1, end, wait, *_ in tiles:
                     a, b = (to_ns(m0) - t0) / 1e3, (to_ns(m1) - t0) / 1e3
                     ax.broken_barh([(a, b - a)], (c - 0.4, 0.8), color="tab:blue" if stage == 1 else "tab:orange")
                     if stage == 2 and wait > 0:

@@ -100,9 +100,10 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     const long long ml_end = stats_clock();
 
     unsigned long long waited = 0;
+    long long l1_stored = 0, l1_fenced = 0;
     if (t.stage == Stage::L1) {
       // Read after the mainloop, not kept from before it: fp8's mainloop runs at the register limit.
-      l1_epilogue(prm, t, cta_row0, expert_rows_in_tile(smem, pr, t, cta_row0), acc, tCcC, r0, tid);
+      l1_epilogue(prm, t, cta_row0, expert_rows_in_tile(smem, pr, t, cta_row0), acc, tCcC, r0, tid, l1_stored, l1_fenced);
       ++l1_tiles;
     } else {
       waited = l2_epilogue(prm, smem, acc, tCcC, j);
@@ -115,7 +116,7 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
       if (tid == 0 && i < prm.trace.capacity)
         prm.trace.tiles[static_cast<std::int64_t>(blockIdx.x) * prm.trace.capacity + i] =
             MoeTileRecord{t.stage == Stage::L1 ? 1u : 2u, static_cast<std::uint32_t>(t.row), ml_start, ml_end, last_end,
-                          static_cast<long long>(waited)};
+                          static_cast<long long>(waited), l1_stored, l1_fenced};
     }
   }
   // This CTA's tiles of each stage into the call's tally (kept out of the statistics policy on purpose: two

@@ -32,7 +32,7 @@ inline constexpr int kL1EpilogueBarrier = 1;  // named barrier of the consumer w
 
 template <class C, class Acc, class Coords>
 __device__ __forceinline__ void l1_epilogue(const MegaMoeParams<C>& prm, const Tile& t, int cta_row0, int rows, Acc& acc,
-                                            const Coords& tCcC, int r0, int tid) {
+                                            const Coords& tCcC, int r0, int tid, long long& stored, long long& fenced) {
   using namespace cute;
   const MoeProblem& pr = prm.problem;
   const SymmetricWindow& w = prm.window;
@@ -78,8 +78,10 @@ __device__ __forceinline__ void l1_epilogue(const MegaMoeParams<C>& prm, const T
       if (r0 + 8 < rows) *at<float>(prm.local, w.ring.scale_offset(t.row, cta_row0 + r0 + 8, t.n_block)) = scale[1].scale;
     }
   }
+  stored = stats_clock();
   fence_proxy_async_global();
   __threadfence();
+  fenced = stats_clock();
   cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, kL1EpilogueBarrier);
   if (tid == 0) red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l1_done(w.ring.slot(t.row))), 1);
 }

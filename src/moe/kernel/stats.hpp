@@ -44,8 +44,12 @@ struct MoeTileRecord {     // one tile of a CTA's walk, by consumer warpgroup 0'
   std::uint32_t stage;     // 1 = Linear-1, 2 = Linear-2
   std::uint32_t row;       // scheduler row
   long long mainloop_start, mainloop_end;  // first stage awaited -> last wgmma done
-  long long epilogue_end;  // ring written (L1) or tile staged (L2)
+  long long epilogue_end;  // ring written and l1_done released (L1), or tile staged (L2)
   long long staging_wait;  // L2: cycles waiting for a free staging slot (the stall Δt reaching the MMA)
+  // L1 only (0 for L2): the epilogue's phases after mainloop_end. stored: SwiGLU done and the ring stores
+  // issued; fenced: this thread's fence done (its stores visible); then the consumer warpgroups' barrier and
+  // the release until epilogue_end.
+  long long l1_stored, l1_fenced;
 };
 // One Linear-2 tile's stores by one storer warp (its first lane), in its phases: T_RS = drained - staged.
 // Compact: the stamps after `staged` are cycles since it (a tile's drain is far below 2^32 cycles).

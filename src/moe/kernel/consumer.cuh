@@ -48,6 +48,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     if (get<1>(tCcC(v)) >= kHalf || get<1>(tCcC(v + kAcc / 2)) != get<1>(tCcC(v)) + kHalf ||
         get<0>(tCcC(v + kAcc / 2)) != get<0>(tCcC(v)))
       moe_device_fail(prm.wait, MoeWait::accumulator_layout, v, 0, 0);
+  // The Linear-1 epilogue's quad transposition takes value v of the gate half to row r0 + 8·bit 1 of v and
+  // column 8·(v / 4) + 2·(tid % 4) + bit 0 of v.
+  for (int v = 0; v < kAcc / 2; ++v)
+    if (get<0>(tCcC(v)) != get<0>(tCcC(0)) + ((v & 2) ? 8 : 0) || get<1>(tCcC(v)) != 8 * (v >> 2) + 2 * (tid % 4) + (v & 1))
+      moe_device_fail(prm.wait, MoeWait::accumulator_layout, 2 * kAcc + v, 0, 0);
   const int r0 = get<0>(tCcC(0));  // this thread's rows: r0 (value bit 1 clear) and r0 + 8 (set)
   [[maybe_unused]] auto tmp = [&] {
     if constexpr (C::kFp8) {

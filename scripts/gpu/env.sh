@@ -39,6 +39,9 @@ require_build() {
   done
 }
 
+# fresh_seed: a random seed the CLI's --seed takes (0 to 2^63 - 1): 56 random bits.
+fresh_seed() { od -An -N7 -tu8 /dev/urandom | tr -d ' '; }
+
 # Log helpers: a section header, a command with its wall time, and a command that must fail with a given exit
 # status (bad input: 2).
 step() { echo; echo "=== $* ==="; }

@@ -85,7 +85,7 @@ expect_status 2 "unknown config" -- "$X" moe bench --gpus "$GPUS" --filter no-su
 expect_status 2 "unknown implementation" -- "$X" moe check --gpus "$GPUS" --impl megamoe-fast || failures=$((failures+1))
 
 # One seed for both benches, so their skewed configurations route alike and the two columns pair up.
-SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+SEED=$(fresh_seed)
 step "xstage moe bench --impl $IMPL ${FILTER:+--filter $FILTER} --seed $SEED"
 timed "bench" -- "$X" moe bench --gpus "$GPUS" --impl "$IMPL" ${FILTER:+--filter "$FILTER"} --seed "$SEED" \
   --out "$W/bench.json" || failures=$((failures+1))

@@ -28,7 +28,7 @@ W="$OUT/moe_ab"; mkdir -p "$W"
 FILTER=${MOE_AB_FILTER-deepseek-v3:h7168-i2048-e256-k8/t4096/balanced/bf16,h7168-i2048-e256-k8/t8192/balanced/fp8}
 IMPL=${MOE_AB_IMPL:-unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved}
 # One seed for every bench call: the variants see identical inputs (skewed routing is drawn from the seed).
-SEED=${MOE_AB_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}
+SEED=${MOE_AB_SEED:-$(fresh_seed)}
 echo "seed $SEED"
 if [ -n "${MOE_AB_BINARIES:-}" ]; then
   IFS=';' read -r -a BINARIES <<< "$MOE_AB_BINARIES"

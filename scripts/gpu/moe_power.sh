@@ -21,7 +21,7 @@ W="$OUT/moe_power"; mkdir -p "$W"
 require_build "$X"
 FILTER=${MOE_POWER_FILTER-deepseek-v3:h7168-i2048-e256-k8/t4096/balanced/bf16}
 TRIALS=${MOE_POWER_TRIALS:-400}
-SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+SEED=$(fresh_seed)
 IFS=';' read -r -a VARIANTS <<< "${MOE_POWER_VARIANTS:-unfused-loop;megamoe-wave;megamoe-wave --cluster-m 2;megamoe-interleaved}"
 QUERY=timestamp,index,power.draw,power.limit,clocks.sm,clocks.mem,temperature.gpu,clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown
 step "machine (seed $SEED)"

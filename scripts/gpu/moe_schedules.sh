@@ -37,7 +37,7 @@ step "xstage moe check --impl megamoe-auto (EP = $GPUS)"
 timed "check auto" -- timeout 300 "$X" moe check --gpus "$GPUS" --impl megamoe-auto --out "$W/check_auto.json" || failures=$((failures+1))
 
 mkdir -p "$W/lead"
-SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+SEED=$(fresh_seed)
 for grid in ${MOE_SCHED_CONFIGS:-configs/moe_heldout.json configs/moe_heldout2.json configs/moe_grid.json}; do
   name=$(basename "$grid" .json); mkdir -p "$W/$name"
   step "$grid: every fused schedule and megamoe-auto, seed $SEED"

@@ -20,7 +20,7 @@ log_to moe_storer
 W="$OUT/moe_storer"; mkdir -p "$W"
 BENCH="$XSTAGE_BUILD/xstage_storer_bench"
 require_build "$X" "$BENCH"
-SEED=${MOE_STORER_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}
+SEED=${MOE_STORER_SEED:-$(fresh_seed)}
 failures=0
 
 step "machine"

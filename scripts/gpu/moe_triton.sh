@@ -30,7 +30,7 @@ IFS=, read -r -a TOKENS <<< "${MOE_TRITON_TOKENS:-256,1024,2048,4096,8192}"
 IFS=, read -r -a DTYPES <<< "${MOE_TRITON_DTYPES:-bf16,fp8}"
 IMPL=${MOE_TRITON_IMPL:-megamoe-auto,megamoe-wave-pipelined}
 TRIALS=${MOE_TRITON_TRIALS:-20}
-SEED=${MOE_TRITON_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}
+SEED=${MOE_TRITON_SEED:-$(fresh_seed)}
 CONFIG=configs/moe_triton_compare.json
 failures=0
 

@@ -23,7 +23,7 @@ require_build "$X"
 IFS=, read -r -a TOKENS <<< "${MOE_WEIGHT_STREAM_TOKENS:-256,1024,2048}"
 FILTER=$(printf "/t%s/balanced," "${TOKENS[@]}"); FILTER=${FILTER%,}
 IMPL=${MOE_WEIGHT_STREAM_IMPL:-megamoe-auto,megamoe-wave-pipelined}
-SEED=${MOE_WEIGHT_STREAM_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}
+SEED=${MOE_WEIGHT_STREAM_SEED:-$(fresh_seed)}
 failures=0
 
 step "machine"

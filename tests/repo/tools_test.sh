@@ -6,7 +6,7 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab | moe_routing_rule | energy | timing
+#             moe_ab | moe_routing_rule | energy | timing | seeds
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`)
 set -euo pipefail
@@ -119,6 +119,19 @@ PY
     # Where the consumers' time goes at few rows per expert, again from the committed traces.
     run tools/moe/trace_figures.py results/h200/moe/2026-12-01-small-batch-trace/traces --out "$tmp/small"
     same_report "$tmp/small/tiles.md" results/h200/moe/2026-12-01-small-batch-trace/tiles.md ;;
+  seeds)  # the GPU scripts' fresh seeds are ones `xstage ... --seed` takes (0 to 2^63 - 1), drawn in one place
+    xstage=${4:?seeds needs the xstage binary}
+    # shellcheck disable=SC1091  # env.sh: the GPU scripts' shared set-up (no GPU needed to source it)
+    seeds=$(source scripts/gpu/env.sh && for _ in $(seq 64); do fresh_seed; done)
+    "$py" - "$seeds" <<'PY' || fail "fresh_seed drew a seed outside 0..2^63-1, or the same one every time"
+import sys
+s = [int(x) for x in sys.argv[1].split()]
+sys.exit(0 if len(s) == 64 and all(0 <= x < 2**63 for x in s) and len(set(s)) > 1 else 1)
+PY
+    # The CLI takes the largest a seed can be; GPUs hidden, so it then stops for want of one (exit 3), not at --seed (2).
+    rc=0; CUDA_VISIBLE_DEVICES="" "$xstage" moe bench --gpus 1 --seed 72057594037927935 > "$tmp/out" 2>&1 || rc=$?
+    [ "$rc" = 3 ] || { cat "$tmp/out" >&2; fail "xstage moe bench --seed 2^56 - 1: exit $rc, not 3 (no GPU)"; }
+    ! grep -n "urandom" scripts/gpu/*.sh | grep -v "^scripts/gpu/env.sh:" || fail "a GPU script draws its own seed" ;;
   moe_storer)  # the shipped platform file's storer section is the committed storer bench's; the audit against the phases
     d=results/h200/moe/2026-12-01-storer-phases/after
     run tools/moe/storer_model.py costs $d/storer_bench.json.xz

@@ -170,54 +170,45 @@ def l1_epilogue_summary(doc):
     return {name: (median(v), quantile(v, 0.9), len(v)) for name, v in spans.items()}
 
 
-def write_l1_epilogue(docs, out):
-    """l1_epilogue.md / .json: the Linear-1 epilogue's phases per configuration and schedule (traces that stamp them)."""
-    rows = []
-    for d in docs:
-        ph = l1_epilogue_summary(d)
-        if ph:
-            rows.append({"config": d["config"], "schedule": schedule_of(d["impl"]),
-                         **{f"{name} median_us": m for name, (m, _p, _n) in ph.items()},
-                         **{f"{name} p90_us": p for name, (_m, p, _n) in ph.items()},
-                         "l1_tiles": ph["epilogue"][2]})
+def write_phase_table(out, stem, rows, keys, names, count):
+    """STEM.md / .json: one row per summary, its key columns (header, row key), then each phase's median / p90 (µs) and
+    a count column (header, row key). Nothing is written for no rows."""
     if not rows:
         return
-    names = [name for name, _, _ in L1_PHASES]
-    lines = ["| configuration | schedule | " + " | ".join(f"{n} median / p90 (µs)" for n in names) + " | L1 tiles |",
-             "|---|---|" + "---:|" * (len(names) + 1)]
+    lines = ["| " + " | ".join([h for h, _ in keys] + [f"{n} median / p90 (µs)" for n in names] + [count[0]]) + " |",
+             "|" + "---|" * len(keys) + "---:|" * (len(names) + 1)]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['schedule']} | " +
-                     " | ".join(f"{r[n + ' median_us']:.2f} / {r[n + ' p90_us']:.2f}" for n in names) + f" | {r['l1_tiles']} |")
-    with open(os.path.join(out, "l1_epilogue.md"), "w") as f:
+        lines.append("| " + " | ".join([str(r[k]) for _, k in keys] +
+                                       [f"{r[n + ' median_us']:.2f} / {r[n + ' p90_us']:.2f}" for n in names] +
+                                       [str(r[count[1]])]) + " |")
+    with open(os.path.join(out, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    with open(os.path.join(out, "l1_epilogue.json"), "w") as f:
+    with open(os.path.join(out, stem + ".json"), "w") as f:
         json.dump(rows, f, indent=1)
     print("\n".join(lines))
+
+
+def medians_and_p90s(summary):
+    """{phase: (median, p90, n)} -> the row fields "<phase> median_us" and "<phase> p90_us"."""
+    return {**{f"{name} median_us": m for name, (m, _p, _n) in summary.items()},
+            **{f"{name} p90_us": p for name, (_m, p, _n) in summary.items()}}
+
+
+def write_l1_epilogue(docs, out):
+    """l1_epilogue.md / .json: the Linear-1 epilogue's phases per configuration and schedule (traces that stamp them)."""
+    rows = [{"config": d["config"], "schedule": schedule_of(d["impl"]), **medians_and_p90s(ph), "l1_tiles": ph["epilogue"][2]}
+            for d in docs if (ph := l1_epilogue_summary(d))]
+    write_phase_table(out, "l1_epilogue", rows, [("configuration", "config"), ("schedule", "schedule")],
+                      [name for name, _, _ in L1_PHASES], ("L1 tiles", "l1_tiles"))
 
 
 def write_phases(docs, out):
     """phases.md / .json: the storer's phases per configuration, schedule and warp (traces that stamp them)."""
-    rows = []
-    for d in docs:
-        ph = phase_summary(d)
-        for warp, phases in (ph or {}).items():
-            rows.append({"config": d["config"], "schedule": schedule_of(d["impl"]), "warp": warp,
-                         **{f"{name} median_us": m for name, (m, _p, _n) in phases.items()},
-                         **{f"{name} p90_us": p for name, (_m, p, _n) in phases.items()},
-                         "l2_tiles": phases["T_RS"][2]})
-    if not rows:
-        return
-    names = [name for name, _, _ in PHASES]
-    lines = ["| configuration | schedule | storer warp | " + " | ".join(f"{n} median / p90 (µs)" for n in names) + " | L2 tiles |",
-             "|---|---|---|" + "---:|" * (len(names) + 1)]
-    for r in rows:
-        lines.append(f"| {r['config']} | {r['schedule']} | {r['warp']} | " +
-                     " | ".join(f"{r[n + ' median_us']:.2f} / {r[n + ' p90_us']:.2f}" for n in names) + f" | {r['l2_tiles']} |")
-    with open(os.path.join(out, "phases.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(out, "phases.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    print("\n".join(lines))
+    rows = [{"config": d["config"], "schedule": schedule_of(d["impl"]), "warp": warp, **medians_and_p90s(phases),
+             "l2_tiles": phases["T_RS"][2]}
+            for d in docs for warp, phases in (phase_summary(d) or {}).items()]
+    write_phase_table(out, "phases", rows, [("configuration", "config"), ("schedule", "schedule"), ("storer warp", "warp")],
+                      [name for name, _, _ in PHASES], ("L2 tiles", "l2_tiles"))
 
 
 def main():

@@ -380,8 +380,9 @@ int run_check(comm::Runtime& rt, const MoeArgs& args) {
 
 // The fused kernel's per-tile trace of its last call (instrumented builds, kernel/stats.hpp) as compact JSON
 // arrays per CTA: anchors [start_ns, start_clock, end_ns, end_clock], tiles [stage, row, mainloop_start,
-// mainloop_end, epilogue_end, staging_wait, l1_stored, l1_fenced] and drains, per Linear-2 tile each storer warp's phase stamps in turn
-// [staged, loaded, issued, drained, released] (warp 0's, then warp 1's as staged_w1, ...), in SM cycles.
+// mainloop_end, epilogue_end, staging_wait, l1_stored, l1_fenced] and drains, per Linear-2 tile each storer warp's
+// phase stamps in turn [staged, loaded, issued, drained, released] (warp 0's, then warp 1's as staged_w1, ...), in SM
+// cycles.
 void write_trace(const moe::FusedMoeLayer& layer, const std::string& path, const nlohmann::json& about) {
   const auto trace = layer.read_trace();
   if (!trace) return;

@@ -121,9 +121,12 @@ struct EpilogueAllToAll {
   }
 
   template <class FragO, int kRows>
-  CUTE_DEVICE static void store(Params const& params, SharedStorage& smem, FragO const& tOrO, float const (&lse)[kRows],
+  CUTE_DEVICE static void store(Params const& params_in, SharedStorage& smem, FragO const& tOrO, float const (&lse)[kRows],
                                 TileCoord tile, int thread_idx) {
     using namespace cute;
+    Params const* pp = &params_in;
+    asm volatile("" : "+l"(pp));
+    Params const& params = *pp;
     const UlyssesShape& s = params.dst.shape;
     Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), SmemLayoutO{});
     constexpr int N = decltype(size(tOrO))::value;
@@ -148,10 +151,13 @@ struct EpilogueAllToAll {
     const int m0 = tile.m_block * kBlockM;
     const int parity_batch = static_cast<int>(smem.epoch & 1u) * s.batch + tile.batch;
     const int head = s.global_head(params.dst.rank, tile.head);
-    RowSegment seg[kMaxUlyssesRanks + 1];
-    const int segments = tile_segments(s, m0, kBlockM, seg, kMaxUlyssesRanks + 1);
     if (thread_idx == 0)
-      for (int i = 0; i < segments; ++i) smem.rows_to[seg[i].rank] += static_cast<std::uint32_t>(seg[i].rows);
+      for_each_tile_segment(s, m0, kBlockM, [&](RowSegment g) { smem.rows_to[g.rank] += static_cast<std::uint32_t>(g.rows); });
+    // The tile's first rows go to the owner of row m0, up to the end of its shard; the rest (a tile that straddles
+    // into the next rank) from row `straddle` on.
+    const int j0 = s.owner_of_row(m0);
+    const int straddle = (j0 + 1) * s.shard_rows() - m0;
+    const bool straddles = straddle < kBlockM && m0 + straddle < s.seqlen;
 
     if constexpr (kPath == A2AStorePath::tma) {
       // The first segment by one TMA store into its rank's window, at row m0 - j·Ms >= 0: the TMA unit writes only
@@ -159,7 +165,7 @@ struct EpilogueAllToAll {
       // boundary) would need a negative box coordinate, which a TMA store does not take (illegal instruction on
       // H200): those rows go by 16-byte stores from the same staging, from every consumer thread.
       if (thread_idx == 0) {
-        const int j = seg[0].rank;
+        const int j = j0;
         Tensor mO = params.tma_o[j].get_tma_tensor(make_shape(s.shard_rows(), int(kHeadDim), s.heads, 2 * s.batch));
         Tensor gO = local_tile(mO(_, _, head, parity_batch), TileShapeO{}, make_coord(0, _0{}));
         Tensor gOj = domain_offset(make_coord(m0 - j * s.shard_rows(), _0{}), gO);
@@ -167,7 +173,7 @@ struct EpilogueAllToAll {
         copy(params.tma_o[j], tOsO, tOgO);
         tma_store_arrive();
       }
-      if (segments > 1) store_rows_st_global(params, sO, m0, seg[1].first - m0, parity_batch, head, thread_idx);
+      if (straddles) store_rows_st_global(params, sO, m0, straddle, parity_batch, head, thread_idx);
     } else {
       store_rows_st_global(params, sO, m0, 0, parity_batch, head, thread_idx);
     }

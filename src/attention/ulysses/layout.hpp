@@ -44,17 +44,25 @@ struct RowSegment {
   int rows = 0;
 };
 
-// Splits tile rows [m0, min(m0 + b_m, M)) by owner, in rank order; returns the number of segments written
-// to `out` (at most `max_out`; a tile spans at most ceil(b_m / Ms) + 1 ranks).
-XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSegment* out, int max_out) {
+// Calls f(RowSegment) for the tile rows [m0, min(m0 + b_m, M)) split by owner, in rank order (a tile spans at most
+// ceil(b_m / Ms) + 1 ranks). The fused epilogue walks them this way, with no array of segments held in registers.
+template <class F>
+XSTAGE_HD inline void for_each_tile_segment(const UlyssesShape& s, int m0, int b_m, F&& f) {
   const int end = m0 + b_m < s.seqlen ? m0 + b_m : s.seqlen;
-  int n = 0;
-  for (int m = m0; m < end && n < max_out;) {
+  for (int m = m0; m < end;) {
     const int r = s.owner_of_row(m);
     const int stop = (r + 1) * s.shard_rows() < end ? (r + 1) * s.shard_rows() : end;
-    out[n++] = RowSegment{r, m, stop - m};
+    f(RowSegment{r, m, stop - m});
     m = stop;
   }
+}
+
+// The same segments written to `out`; returns how many (at most `max_out`).
+XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSegment* out, int max_out) {
+  int n = 0;
+  for_each_tile_segment(s, m0, b_m, [&](RowSegment g) {
+    if (n < max_out) out[n++] = g;
+  });
   return n;
 }
 

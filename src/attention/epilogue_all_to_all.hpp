@@ -124,6 +124,9 @@ struct EpilogueAllToAll {
   CUTE_DEVICE static void store(Params const& params_in, SharedStorage& smem, FragO const& tOrO, float const (&lse)[kRows],
                                 TileCoord tile, int thread_idx) {
     using namespace cute;
+    // The parameters through a pointer the compiler cannot see through: otherwise ptxas hoists their loads out of the
+    // tile loop into uniform registers that stay live across the key-block loop, which then schedules worse than the
+    // plain kernel's (d = 128: 15 more UMOV per step; docs/ATTENTION.md). They are read once per tile.
     Params const* pp = &params_in;
     asm volatile("" : "+l"(pp));
     Params const& params = *pp;

@@ -185,14 +185,15 @@ struct EpilogueAllToAll {
 
   // After the last tile, all consumer threads.
   CUTE_DEVICE static void finish(Params const& params, SharedStorage& smem, int thread_idx) {
-    // Every bulk store written, at the peers too (wait_group, not wait_group.read: the staging is not enough),
-    // and this thread's 16-byte stores, before the counts.
+    // Every bulk store written, at the peers too (wait_group, not wait_group.read: the staging is not enough).
     if constexpr (kPath == A2AStorePath::tma)
       if (thread_idx == 0) comm::bulk_wait_all();
-    __threadfence_system();
+    // The barrier orders every thread's 16-byte stores before thread 0's counts, whose release (at system scope) is
+    // cumulative: one release per counter, no fence per thread (the pattern of a grid barrier).
     cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
     if (thread_idx != 0) return;
     const AllToAllDestinations& d = params.dst;
+    comm::fence_proxy_async_global();  // the bulk stores (async proxy) ordered before the generic-proxy release
     for (int j = 0; j < d.shape.ranks; ++j)
       if (smem.rows_to[j] != 0) comm::signal_arrival(d.arrived[j], smem.rows_to[j]);
     const std::uint32_t epoch = smem.epoch;

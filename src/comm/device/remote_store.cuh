@@ -18,13 +18,10 @@ namespace xstage::comm {
 // Until every committed group's writes are complete (for a peer: written at the peer).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// Makes this thread's earlier stores (generic, and bulk stores it has waited for) visible at system scope,
-// then adds `n` to a counter that may live on a peer.
-__device__ __forceinline__ void signal_arrival(std::uint32_t* counter, std::uint32_t n) {
-  fence_proxy_async_global();
-  __threadfence_system();
-  red_release_sys_add(counter, n);
-}
+// Adds `n` to a counter that may live on a peer, with release semantics at system scope: every store that precedes
+// it (this thread's, and the CTA's before a barrier it passed) is visible to whoever acquires the count. Bulk stores
+// must have completed (bulk_wait_all) and been ordered for the generic proxy (fence_proxy_async_global) first.
+__device__ __forceinline__ void signal_arrival(std::uint32_t* counter, std::uint32_t n) { red_release_sys_add(counter, n); }
 
 }  // namespace xstage::comm
 #endif  // __CUDACC__

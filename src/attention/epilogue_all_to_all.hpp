@@ -18,7 +18,8 @@
 // after it had finished consuming (copying out) its half of call e.
 //
 // Completion: each CTA counts the row-heads it delivered to each rank; after its last tile it waits for its
-// stores to complete, fences at system scope and adds them to the receivers' arrival counters. The last CTA
+// stores to complete, passes its barrier, and one thread adds the counts to the receivers' arrival counters with a
+// release at system scope (cumulative over the stores the barrier ordered before it). The last CTA
 // of the grid advances the call counter (comm/device/call_epoch.cuh) and, with real ranks, waits (bounded) until
 // its own counter holds every rank's rows of this call, so the kernel's completion means the output is
 // there. With virtual ranks (one process and one GPU holding all P ranks' buffers, for tests) the ranks'

@@ -4,8 +4,8 @@
 //               the stage back-pressures (the calibration's `st_global_16B` producer);
 //   TMA bulk    cp.async.bulk from shared memory, issued by one thread: the warps go on at once, and the
 //               staging buffer stays busy until the data is written at the peer (`tma_bulk`).
-// Arrival: after its stores, a writer fences at system scope and adds what it delivered to a counter in
-// the receiver's window (red.release.sys); the receiver waits for the total with wait_counter<true>.
+// Arrival: after its stores, a writer adds what it delivered to a counter in the receiver's window with a
+// release at system scope (red.release.sys); the receiver waits for the total with wait_counter<true>.
 #pragma once
 
 #include <cstdint>

@@ -174,6 +174,10 @@ assert loop == body + ["@!P0 BRA 0x20"], loop
 assert s.between_waits(loop) == (2, 1), s.between_waits(loop)
 assert s.between_waits(body[:3]) is None and s.between_waits(["MUFU.EX2 R4, R4"]) is None
 assert s.wgmma_loop([(0x10, "MUFU.EX2 R4, R4"), (0x20, "BRA 0x10")]) is None
+assert s.same_order(body, body) == 1.0
+swapped = body[:2] + [body[3], body[2]] + body[4:]   # the same instructions, two of them in the other order
+assert abs(s.same_order(body, swapped) - 10 / 12) < 1e-12, s.same_order(body, swapped)
+assert s.same_order(body, ["NOP"]) == 0.0
 ' || fail "sass_stats on a made-up listing" ;;
   timing)  # the benches' balanced turn order: every unit follows every other equally often (the CLI's rows too)
     PYTHONPATH=tools "$py" -c '

@@ -5,7 +5,9 @@ loop: the instruction count and the opcodes of the first backward branch whose b
 kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that leaves one
 wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the next wait for none
 (`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma; and, for two functions (--diff),
-the opcodes by which their loops differ.
+the opcodes by which their loops differ and how much of the two loops' opcode sequences is in the same order (the
+share of matching opcodes, 1.0 for the same sequence; two loops of the same instructions can differ there, which is
+how ptxas's schedules of the same source are told apart).
 
     python3 tools/kernels/sass_stats.py build/xstage --kernel megamoe_kernel
     python3 tools/kernels/sass_stats.py build/xstage --kernel flash_fwd_sm90_kernel --loops
@@ -16,6 +18,7 @@ expressions on them.
 """
 import argparse
 import collections
+import difflib
 import re
 import shutil
 import subprocess
@@ -73,6 +76,11 @@ def between_waits(loop):
     return None
 
 
+def same_order(a, b):
+    """The share of the two opcode sequences that matches in order (difflib's ratio: 2 * matches / total length)."""
+    return difflib.SequenceMatcher(None, [opcode(x) for x in a], [opcode(x) for x in b], autojunk=False).ratio()
+
+
 def pick(funcs, pattern):
     names = [n for n in funcs if re.search(pattern, n)]
     if len(names) != 1:
@@ -96,9 +104,10 @@ def main(argv=None):
             loop = wgmma_loop(funcs[name])
             if loop is None:
                 sys.exit(f"error: {name} has no wgmma loop")
-            loops.append((name, collections.Counter(opcode(x) for x in loop), len(loop)))
-        (a, ca, na), (b, cb, nb) = loops
-        print(f"A {a}: {na} instructions\nB {b}: {nb} instructions\nopcode  A  B  B-A")
+            loops.append((name, loop, collections.Counter(opcode(x) for x in loop)))
+        (a, la, ca), (b, lb, cb) = loops
+        print(f"A {a}: {len(la)} instructions\nB {b}: {len(lb)} instructions\n"
+              f"same order: {same_order(la, lb):.3f}\nopcode  A  B  B-A")
         for op in sorted(set(ca) | set(cb)):
             if ca[op] != cb[op]:
                 print(f"{op}  {ca[op]}  {cb[op]}  {cb[op] - ca[op]:+d}")

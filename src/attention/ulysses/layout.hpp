@@ -45,7 +45,8 @@ struct RowSegment {
 };
 
 // Calls f(RowSegment) for the tile rows [m0, min(m0 + b_m, M)) split by owner, in rank order (a tile spans at most
-// ceil(b_m / Ms) + 1 ranks). The fused epilogue walks them this way, with no array of segments held in registers.
+// ceil(b_m / Ms) + 1 ranks). The fused epilogue counts each rank's rows this way, with no array of segments in
+// registers; its TMA store takes the first segment (the owner of row m0, up to the end of its shard).
 template <class F>
 XSTAGE_HD inline void for_each_tile_segment(const UlyssesShape& s, int m0, int b_m, F&& f) {
   const int end = m0 + b_m < s.seqlen ? m0 + b_m : s.seqlen;
@@ -55,15 +56,6 @@ XSTAGE_HD inline void for_each_tile_segment(const UlyssesShape& s, int m0, int b
     f(RowSegment{r, m, stop - m});
     m = stop;
   }
-}
-
-// The same segments written to `out`; returns how many (at most `max_out`).
-XSTAGE_HD inline int tile_segments(const UlyssesShape& s, int m0, int b_m, RowSegment* out, int max_out) {
-  int n = 0;
-  for_each_tile_segment(s, m0, b_m, [&](RowSegment g) {
-    if (n < max_out) out[n++] = g;
-  });
-  return n;
 }
 
 // The inputs of the path that hides both all-to-alls (UlyssesPath::fused_both), as chunks of one head: source rank j's

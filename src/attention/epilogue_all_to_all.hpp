@@ -18,7 +18,7 @@
 // after it had finished consuming (copying out) its half of call e.
 //
 // Completion: each CTA counts the row-heads it delivered to each rank; after its last tile it waits for its
-// stores to complete, passes its barrier, and one thread adds the counts to the receivers' arrival counters with a
+// stores to complete, passes its barrier, and one thread adds the counts to the receivers' arrival counters with one
 // release at system scope (cumulative over the stores the barrier ordered before it). The last CTA
 // of the grid advances the call counter (comm/device/call_epoch.cuh) and, with real ranks, waits (bounded) until
 // its own counter holds every rank's rows of this call, so the kernel's completion means the output is
@@ -195,8 +195,7 @@ struct EpilogueAllToAll {
     if (thread_idx != 0) return;
     const AllToAllDestinations& d = params.dst;
     comm::fence_proxy_async_global();  // the bulk stores (async proxy) ordered before the generic-proxy release
-    for (int j = 0; j < d.shape.ranks; ++j)
-      if (smem.rows_to[j] != 0) comm::signal_arrival(d.arrived[j], smem.rows_to[j]);
+    comm::signal_arrivals(d.arrived, smem.rows_to, d.shape.ranks);
     const std::uint32_t epoch = smem.epoch;
     if (comm::finish_cta(d.calls, epoch, gridDim.x) && d.wait_for_arrivals)
       comm::wait_counter<true>(d.wait, d.arrived[d.rank], epoch * d.shape.arrivals_per_call(),

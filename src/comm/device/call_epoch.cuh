@@ -15,6 +15,10 @@
 #include "comm/device_status.hpp"
 
 #if defined(__CUDACC__)
+#include "comm/device/ptx.cuh"
+#endif
+
+#if defined(__CUDACC__)
 namespace xstage::comm {
 
 // The call running now.
@@ -23,13 +27,13 @@ __device__ __forceinline__ std::uint32_t current_call(const CallEpochView& v) {
 }
 
 // Called once per CTA (one thread) after everything it does in the call; true on the last CTA of the grid,
-// which has then published the call as done. The CTA's earlier writes are ordered before by the fence.
+// which has then published the call as done. The count is an acq_rel add: a release of the CTA's earlier operations
+// (its read of calls_done among them, and through the CTA barrier before it, the CTA's writes), and on the last CTA
+// an acquire of every other CTA's. Whoever reads calls_done next is a later kernel, ordered by the kernel boundary.
 __device__ __forceinline__ bool finish_cta(const CallEpochView& v, std::uint32_t epoch, unsigned ctas) {
-  __threadfence();
-  if (atomicAdd(v.ctas_done, 1u) != ctas - 1u) return false;
+  if (atom_acq_rel_gpu_add(v.ctas_done, 1u) != ctas - 1u) return false;
   *static_cast<volatile std::uint32_t*>(v.ctas_done) = 0u;
   *static_cast<volatile std::uint32_t*>(v.calls_done) = epoch;
-  __threadfence();
   return true;
 }
 

@@ -44,6 +44,17 @@ __device__ __forceinline__ void red_release_gpu_add(std::uint32_t* p, std::uint3
 __device__ __forceinline__ void red_release_sys_add(std::uint32_t* p, std::uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// Relaxed adds: after one fence.acq_rel they form release patterns (PTX memory model), so a thread that
+// publishes to several counters pays one fence, not one per counter as with red.release.
+__device__ __forceinline__ void red_relaxed_sys_add(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// An add that is a release for this thread's earlier operations and an acquire for its later ones.
+__device__ __forceinline__ std::uint32_t atom_acq_rel_gpu_add(std::uint32_t* p, std::uint32_t v) {
+  std::uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ void st_release_sys(std::uint32_t* p, std::uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

@@ -5,7 +5,7 @@
 //   TMA bulk    cp.async.bulk from shared memory, issued by one thread: the warps go on at once, and the
 //               staging buffer stays busy until the data is written at the peer (`tma_bulk`).
 // Arrival: after its stores, a writer adds what it delivered to a counter in the receiver's window with a
-// release at system scope (red.release.sys); the receiver waits for the total with wait_counter<true>.
+// release at system scope (signal_arrivals); the receiver waits for the total with wait_counter<true>.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,17 @@ namespace xstage::comm {
 // Until every committed group's writes are complete (for a peer: written at the peer).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// Adds `n` to a counter that may live on a peer, with release semantics at system scope: every store that precedes
-// it (this thread's, and the CTA's before a barrier it passed) is visible to whoever acquires the count. Bulk stores
-// must have completed (bulk_wait_all) and been ordered for the generic proxy (fence_proxy_async_global) first.
-__device__ __forceinline__ void signal_arrival(std::uint32_t* counter, std::uint32_t n) { red_release_sys_add(counter, n); }
+// Adds counts[j] to counters[j] for every j < n whose count is not 0, counters that may live on peers, as one
+// release at system scope: a fence.acq_rel.sys, then relaxed adds (each a release pattern with the fence). Every store
+// that precedes it (this thread's, and the CTA's before a barrier it passed) is visible to whoever acquires a count.
+// One system fence for all n counters: red.release per counter would wait for the previous add at each.
+// Bulk stores must have completed (bulk_wait_all) and been ordered for the generic proxy (fence_proxy_async_global)
+// first.
+__device__ __forceinline__ void signal_arrivals(std::uint32_t* const* counters, const std::uint32_t* counts, int n) {
+  fence_acq_rel_sys();
+  for (int j = 0; j < n; ++j)
+    if (counts[j] != 0) red_relaxed_sys_add(counters[j], counts[j]);
+}
 
 }  // namespace xstage::comm
 #endif  // __CUDACC__

@@ -18,14 +18,12 @@
 namespace xstage::attention {
 
 // kOwnRowsInPlace: the fused_both kernel, which reads its rank's own rows in place (MainloopSm90); every other kernel
-// compiles without that path. kClusterM: CTA pairs sharing K and V by multicast (MainloopSm90; the launcher launches
-// clusters of kClusterM CTAs and pairs them on adjacent m-blocks of one head).
-template <class Config_, template <class> class Epilogue_, bool kOwnRowsInPlace = false, int kClusterM_ = 1>
+// compiles without that path.
+template <class Config_, template <class> class Epilogue_, bool kOwnRowsInPlace = false>
 struct FlashFwdKernel {
   using Config = Config_;
   using Epilogue = Epilogue_<Config>;
-  static constexpr int kClusterM = kClusterM_;
-  using Mainloop = MainloopSm90<Config, kOwnRowsInPlace, kClusterM>;
+  using Mainloop = MainloopSm90<Config, kOwnRowsInPlace>;
   using Scheduler = StaticPersistentTileScheduler;
   using PipelineKV = typename Mainloop::PipelineKV;
 
@@ -60,17 +58,9 @@ struct FlashFwdKernel {
     pipeline_params.role = is_producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
     pipeline_params.is_leader = threadIdx.x == 0;
     pipeline_params.num_consumers = Config::kNumMmaThreads;
-    using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
-    PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, ClusterShape{});
-    PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, ClusterShape{});
-    // Barrier initialisation visible to every thread (and to the TMA unit); with CTA pairs to the other CTA too, whose
-    // consumers release this CTA's K/V slots and whose loads complete on its full barriers.
-    if constexpr (kClusterM == 1) {
-      __syncthreads();
-    } else {
-      cute::cluster_arrive_relaxed();
-      cute::cluster_wait();
-    }
+    PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+    PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+    __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
 
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
@@ -85,12 +75,6 @@ struct FlashFwdKernel {
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
           Mainloop::load(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state,
                          scheduler.coord(tile), iteration, input_waits);
-        }
-        // With CTA pairs, no exit while the other CTA's consumers may still release a slot of this one: every slot
-        // free again (after the last loads, both CTAs' consumers have released all of them).
-        if constexpr (kClusterM > 1) {
-          pipeline_k.producer_tail(k_state);
-          pipeline_v.producer_tail(v_state);
         }
       }
     } else {

@@ -35,16 +35,8 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   static SharedMemoryOptIn opt_in;
   opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes, device);
 
-  int sms = device.sm_count - inputs.reserved_sms;
-  LaunchOptions options;
-  if constexpr (Kernel::kClusterM > 1) {
-    // CTA pairs: as many as can be resident at once (a GPC's SMs may not all pair up), an even grid.
-    static ResidentClusters resident;
-    sms = Kernel::kClusterM * resident.get(reinterpret_cast<const void*>(kernel), Kernel::kClusterM, Kernel::kNumThreads, smem_bytes, device.device);
-    options.cluster_x = Kernel::kClusterM;
-  }
-  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), sms);
-  launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, options, stream, params);
+  const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count - inputs.reserved_sms);
+  launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
 }
 
 template <class Kernel>
@@ -52,18 +44,11 @@ void launch_flash_fwd(FlashFwdArgs const& args, DeviceFacts const& device, cudaS
   launch_flash_fwd_kernel<Kernel>(args, Kernel::Epilogue::make_params(args), 1, device, stream);
 }
 
-template <FwdTileConfigId kId, int kClusterM = 1>
-using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma, false, kClusterM>;
+template <FwdTileConfigId kId>
+using PlainFlashFwdKernel = FlashFwdKernel<typename FlashFwdTileConfigFor<kId>::type, EpilogueStoreTma>;
 
-// The plain kernel of configuration kId, in CTA pairs that share K and V (MainloopSm90's kClusterM) where the
-// configuration allows them (fwd_tile_pairs) and every pair's two tiles are adjacent m-blocks of one head: an even
-// m-block count (tile_scheduler.hpp numbers m-blocks fastest and the grid is even).
 template <FwdTileConfigId kId>
 void launch_flash_fwd_config(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream) {
-  using Config = typename FlashFwdTileConfigFor<kId>::type;
-  if constexpr (fwd_tile_pairs(kId)) {
-    if (ceil_div(args.problem.seqlen_q, Config::kBlockM) % 2 == 0) return launch_flash_fwd<PlainFlashFwdKernel<kId, 2>>(args, device, stream);
-  }
   launch_flash_fwd<PlainFlashFwdKernel<kId>>(args, device, stream);
 }
 

@@ -71,12 +71,8 @@ auto make_gmem_bmhd(T* ptr, int seqlen, int head_dim, int heads, int batch, Bmhd
 
 // kOwnRowsInPlace: fused_both's kernel, whose rank reads its own rows in place (Params::tma_q_own); the others compile
 // without that path (the plain and fused_post kernels are the same machine code as before it existed).
-// kClusterM: CTAs per thread-block cluster along the tiles (1, or 2 for the plain kernel where the launcher pairs
-// CTAs): the two CTAs of a pair compute adjacent m-blocks of one head in step, and each loads half of every K and V
-// block with a TMA multicast into both CTAs' shared memory, so that the L2 serves each block once per pair.
-template <class Config, bool kOwnRowsInPlace, int kClusterM = 1>
+template <class Config, bool kOwnRowsInPlace>
 struct MainloopSm90 {
-  static_assert(kClusterM == 1 || (kClusterM == 2 && !kOwnRowsInPlace), "CTA pairs: the plain kernel only");
   using Element = typename Config::Element;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
@@ -99,13 +95,11 @@ struct MainloopSm90 {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeBmhd{},
                         GmemStrideBmhd{}),
       SmemLayoutQ{}, TileShapeQ{}, cute::_1{}));
-  // K and V: with CTA pairs, a multicast load of which each CTA issues its half (cluster size kClusterM).
-  using TmaLoadKVOp = std::conditional_t<kClusterM == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaLoadKV = decltype(cute::make_tma_copy(
-      TmaLoadKVOp{},
+      cute::SM90_TMA_LOAD{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeBmhd{},
                         GmemStrideBmhd{}),
-      cute::take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, cute::Int<kClusterM>{}));
+      cute::take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, cute::_1{}));
 
   struct Params {
     TmaLoadQ tma_q;
@@ -154,11 +148,11 @@ struct MainloopSm90 {
     auto mKo = own_or(inputs.own_k, args.k, p.k);
     auto mVo = own_or(inputs.own_v, args.v, p.v);
     return {make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, TileShapeQ{}, _1{}),
-            make_tma_copy(TmaLoadKVOp{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, Int<kClusterM>{}),
-            make_tma_copy(TmaLoadKVOp{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, Int<kClusterM>{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, mQo, SmemLayoutQ{}, TileShapeQ{}, _1{}),
-            make_tma_copy(TmaLoadKVOp{}, mKo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, Int<kClusterM>{}),
-            make_tma_copy(TmaLoadKVOp{}, mVo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, Int<kClusterM>{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mKo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, mVo, take<0, 2>(SmemLayoutKV{}), TileShapeKV{}, _1{}),
             p.seqlen_q, p.seqlen_k, p.heads, p.batch, p.softmax_scale, args.seqlen_k_per_batch, inputs};
   }
 
@@ -198,7 +192,6 @@ struct MainloopSm90 {
   // recorded why and raised the op's abort flag; the producer goes on loading (what the buffers hold), so the kernel
   // ends and the host's poll() reports the timeout.
   CUTE_DEVICE static void wait_for_rows(Params const& params, InputWaits& w, TileCoord tile, int m0, int m1) {
-    if constexpr (kClusterM > 1) return;  // the plain kernel: every input is there (its producer's registers are few)
     const InputArrivals& in = params.inputs;
     if (in.flags == nullptr) return;
     const int b = tile.batch;
@@ -272,11 +265,8 @@ struct MainloopSm90 {
     Tensor gV = local_tile(mV(_, _, tile.head, tile.batch), TileShapeKV{}, make_coord(_, _0{}));
 
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    // With CTA pairs, this CTA's half of each K and V block (its rank in the cluster), multicast to both.
-    const int kv_part = kClusterM == 1 ? 0 : static_cast<int>(cute::block_rank_in_cluster());
-    constexpr std::uint16_t kKVMask = (1u << kClusterM) - 1u;
-    auto [tKgK, tKsK] = tma_partition(params.tma_k, kv_part, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(params.tma_v, kv_part, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     // The same tiles in the rank's own input, whose row 0 is sequence row own_first (Params::tma_q_own).
     const int own_first = params.inputs.in_place.first(params.inputs.rank), own_rows = params.inputs.in_place.shard_rows;
     auto own_rows_of = [&](auto const& tma) {
@@ -287,8 +277,8 @@ struct MainloopSm90 {
     Tensor gKo = local_tile(own_rows_of(params.tma_k_own), TileShapeKV{}, make_coord(_, _0{}));
     Tensor gVo = local_tile(own_rows_of(params.tma_v_own), TileShapeKV{}, make_coord(_, _0{}));
     Tensor tQgQo = get<0>(tma_partition(params.tma_q_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQo)));
-    Tensor tKgKo = get<0>(tma_partition(params.tma_k_own, kv_part, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gKo)));
-    Tensor tVgVo = get<0>(tma_partition(params.tma_v_own, kv_part, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gVo)));
+    Tensor tKgKo = get<0>(tma_partition(params.tma_k_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gKo)));
+    Tensor tVgVo = get<0>(tma_partition(params.tma_v_own, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gVo)));
 
     const bool leader = cutlass::canonical_lane_idx() == 0;
     // A block's K and V come from the same place: the rank's own input where the block lies within its rows, else the
@@ -300,8 +290,8 @@ struct MainloopSm90 {
       pipeline_k.producer_acquire(k_state);
       if (leader) {
         uint64_t* full = pipeline_k.producer_get_barrier(k_state);
-        if (own) copy(params.tma_k_own.with(*full, kClusterM == 1 ? 0 : kKVMask, TMA::CacheHintSm90::EVICT_LAST), tKgKo(_, n), tKsK(_, k_state.index()));
-        else copy(params.tma_k.with(*full, kClusterM == 1 ? 0 : kKVMask, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
+        if (own) copy(params.tma_k_own.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tKgKo(_, n), tKsK(_, k_state.index()));
+        else copy(params.tma_k.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, n), tKsK(_, k_state.index()));
       }
       ++k_state;
     };
@@ -310,8 +300,8 @@ struct MainloopSm90 {
       pipeline_v.producer_acquire(v_state);
       if (leader) {
         uint64_t* full = pipeline_v.producer_get_barrier(v_state);
-        if (own) copy(params.tma_v_own.with(*full, kClusterM == 1 ? 0 : kKVMask, TMA::CacheHintSm90::EVICT_LAST), tVgVo(_, n), tVsV(_, v_state.index()));
-        else copy(params.tma_v.with(*full, kClusterM == 1 ? 0 : kKVMask, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
+        if (own) copy(params.tma_v_own.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tVgVo(_, n), tVsV(_, v_state.index()));
+        else copy(params.tma_v.with(*full, 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, n), tVsV(_, v_state.index()));
       }
       ++v_state;
     };
@@ -335,26 +325,6 @@ struct MainloopSm90 {
       load_v(n);
     }
     load_v(0);
-  }
-
-  // A consumer thread's release of a K or V slot it has finished reading. Unpaired: every consumer thread arrives at its
-  // CTA's empty barrier (PipelineTmaAsync::consumer_release). With CTA pairs, the barrier counts one arrival per
-  // consumer warpgroup of each CTA (PipelineTmaAsync's count for a cluster along M), since both CTAs' loads fill the
-  // slot: lane 0 of a warpgroup's first warp arrives at CTA 0's barrier, of its second warp at CTA 1's. Decided here
-  // from the thread's index rather than kept in the pipeline object, whose per-thread choice would stay live across
-  // the whole kernel (96 spill instructions when it did).
-  // `release_cta`: release_cta_of(thread_idx), computed once per tile.
-  CUTE_DEVICE static int release_cta_of(int thread_idx) {
-    const int t = thread_idx % 128;
-    return t % 32 == 0 && t / 32 < kClusterM ? t / 32 : -1;
-  }
-  CUTE_DEVICE static void release(PipelineKV& pipeline, typename PipelineKV::SharedStorage& storage, PipelineState state,
-                                  int release_cta) {
-    if constexpr (kClusterM == 1) {
-      pipeline.consumer_release(state);
-    } else {
-      if (release_cta >= 0) storage.empty_barrier_[state.index()].arrive(static_cast<uint32_t>(release_cta));
-    }
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -386,7 +356,6 @@ struct MainloopSm90 {
     Tensor tScS = thr_mma_qk.partition_C(cS);
 
     const int warp_group = thread_idx / 128;
-    const int release_cta = kClusterM == 1 ? 0 : release_cta_of(thread_idx);
     constexpr int kRows = Softmax::kNumRows;  // 2
     float o_rescale[kRows];
 
@@ -407,7 +376,7 @@ struct MainloopSm90 {
     xstage::wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
-    release(pipeline_k, smem.pipeline_k, k_state, release_cta);
+    pipeline_k.consumer_release(k_state);
     ++k_state;
     const int seqlen_k = tile_seqlen_k(params, tile);  // read again here rather than held across the wgmma (registers)
     if ((n_last + 1) * kBlockN > seqlen_k) {
@@ -437,12 +406,12 @@ struct MainloopSm90 {
       Turns::pass(warp_group);
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      release(pipeline_k, smem.pipeline_k, k_state, release_cta);
+      pipeline_k.consumer_release(k_state);
       ++k_state;
       if (sm_count > 0) softmax.template update_first<kFirstCols>(tSrS, o_rescale, m_scaled, partial);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      release(pipeline_v, smem.pipeline_v, v_state, release_cta);
+      pipeline_v.consumer_release(v_state);
       ++v_state;
       softmax.template update_rest<kFirstCols>(tSrS, o_rescale, m_scaled, partial);
       Softmax::rescale(tOrO, o_rescale);
@@ -455,7 +424,7 @@ struct MainloopSm90 {
     xstage::wgmma_batch<false, -1, true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    release(pipeline_v, smem.pipeline_v, v_state, release_cta);
+    pipeline_v.consumer_release(v_state);
     ++v_state;
   }
 };

@@ -67,11 +67,6 @@ constexpr double fwd_makespan(FwdTileConfigId config, int64_t batch_heads, int64
   return double(fwd_tile_waves(tiles, num_sms)) * double(block_m) / speed;
 }
 
-// Whether the plain kernel of a configuration runs in CTA pairs that load each K and V block once per pair, by TMA
-// multicast into both CTAs (MainloopSm90's kClusterM = 2), wherever the m-block count is even: d = 128, whose steps
-// move the most K/V bytes (FlashAttention-3's choice for 16-bit inputs at d >= 128). The fused kernels run unpaired.
-constexpr bool fwd_tile_pairs(FwdTileConfigId id) { return fwd_tile_shape(id).head_dim == 128; }
-
 // d=64: the configuration with the shorter predicted makespan; d=128: the one configuration.
 constexpr FwdTileConfigId choose_fwd_tile_config(int head_dim, int64_t batch_heads, int64_t seqlen_q, int num_sms) {
   if (head_dim != 64) return FwdTileConfigId::kHdim128Rows128;

@@ -96,36 +96,6 @@ TEST(TileScheduler, GridNeverExceedsTilesOrSms) {
   EXPECT_EQ(StaticPersistentTileScheduler::grid_size(1000, 132), 132);
 }
 
-// CTA pairs (the plain d = 128 kernel's clusters, flash_fwd_launch.cuh): with an even m-block count and an even grid,
-// CTAs 2c and 2c + 1 take the same number of tiles, and at every step two adjacent m-blocks of one (batch, head), so
-// that they can share each K and V block; with an odd count some step would pair two heads.
-bool pairs_share_kv(int num_m_blocks, int heads, int batch, int grid) {
-  const StaticPersistentTileScheduler s{num_m_blocks, heads, batch};
-  for (int c = 0; c + 1 < grid; c += 2) {
-    int a = s.first_tile(c), b = s.first_tile(c + 1);
-    for (; s.valid(a) || s.valid(b); a = s.next_tile(a, grid), b = s.next_tile(b, grid)) {
-      if (s.valid(a) != s.valid(b)) return false;
-      const TileCoord x = s.coord(a), y = s.coord(b);
-      if (x.batch != y.batch || x.head != y.head || y.m_block != x.m_block + 1) return false;
-    }
-  }
-  return true;
-}
-
-TEST(TileScheduler, CtaPairsShareTheirHeadWhereMBlocksAreEven) {
-  for (int m_blocks : {2, 36, 132, 256})
-    for (int heads : {1, 3, 24})
-      for (int batch : {1, 2})
-        for (int grid : {2, 64, 128, 132}) {
-          const int g = StaticPersistentTileScheduler::grid_size(m_blocks * heads * batch, grid);
-          EXPECT_TRUE(pairs_share_kv(m_blocks, heads, batch, g)) << m_blocks << " m-blocks, " << heads << " heads, grid " << g;
-        }
-  EXPECT_FALSE(pairs_share_kv(591, 24, 1, 132));  // HunyuanVideo-720p's m-blocks: the plain kernel runs unpaired there
-  EXPECT_FALSE(pairs_share_kv(3, 2, 1, 2));
-  EXPECT_TRUE(fwd_tile_pairs(FwdTileConfigId::kHdim128Rows128));
-  EXPECT_FALSE(fwd_tile_pairs(FwdTileConfigId::kHdim64Rows192));
-}
-
 TEST(TileShapes, ConfigurationsAreConsistent) {
   for (auto id : {FwdTileConfigId::kHdim64Rows128, FwdTileConfigId::kHdim64Rows192, FwdTileConfigId::kHdim128Rows128}) {
     const FwdTileShape t = fwd_tile_shape(id);

@@ -28,10 +28,15 @@ struct FlashFwdTileConfig {
   static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  // setmaxnreg budgets (registers per thread): 24*128 + 240*256 = 64512 and 32*128 + 160*384 = 65536,
-  // within the SM's 65536.
+  // setmaxnreg budgets (registers per thread): 24*128 + 240*256 = 64512 and 32*128 + 160*384 = 65536. setmaxnreg only
+  // moves registers within what the launch gave the CTA (__launch_bounds__(kNumThreads, 1): 65536 / kNumThreads per
+  // thread, rounded down to 8: 168 * 384 = 64512, 128 * 512 = 65536); a consumer increase that the producer's decrease
+  // does not cover waits forever (a producer of 32 with two consumer warpgroups hung every launch:
+  // results/h100/attention/2026-12-06-cta-pairs/).
   static constexpr int kProducerRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kNumMmaThreads <= (65536 / kNumThreads) / 8 * 8 * kNumThreads,
+                "the warpgroups' setmaxnreg budgets must fit in the registers the launch allocates");
 
   // Columns per row (of the b_n / 4 a thread holds) whose exponentials a softmax step takes before it waits for the
   // previous block's P·V wgmma; the rest run after that wait, beside the O rescale and the bf16 conversion.

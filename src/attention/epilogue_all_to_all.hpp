@@ -194,7 +194,6 @@ struct EpilogueAllToAll {
     cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(FwdNamedBarrier::kEpilogue));
     if (thread_idx != 0) return;
     const AllToAllDestinations& d = params.dst;
-    comm::fence_proxy_async_global();  // the bulk stores (async proxy) ordered before the generic-proxy release
     comm::signal_arrivals(d.arrived, smem.rows_to, d.shape.ranks);
     const std::uint32_t epoch = smem.epoch;
     if (comm::finish_cta(d.calls, epoch, gridDim.x) && d.wait_for_arrivals)

@@ -16,9 +16,7 @@
 
 #if defined(__CUDACC__)
 #include "comm/device/ptx.cuh"
-#endif
 
-#if defined(__CUDACC__)
 namespace xstage::comm {
 
 // The call running now.

@@ -2,7 +2,8 @@
 // xstage (the MegaMoE layer, the fused Ulysses attention epilogue) publishes data to other SMs or other
 // GPUs with these, so the memory-model choices live in one place:
 //   - a counter that other SMs of this GPU wait on: red.release.gpu, read with ld.acquire.gpu;
-//   - a flag or counter a peer GPU waits on (through an LSA pointer): red/st.release.sys, ld.acquire.sys;
+//   - a flag or counter a peer GPU waits on (through an LSA pointer): red/st.release.sys, or one fence.acq_rel.sys
+//     before relaxed adds to several counters; read with ld.acquire.sys;
 //   - data a TMA load will read after a generic-proxy write: fence.proxy.async on both sides.
 #pragma once
 

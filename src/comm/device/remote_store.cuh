@@ -19,12 +19,12 @@ namespace xstage::comm {
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 // Adds counts[j] to counters[j] for every j < n whose count is not 0, counters that may live on peers, as one
-// release at system scope: a fence.acq_rel.sys, then relaxed adds (each a release pattern with the fence). Every store
-// that precedes it (this thread's, and the CTA's before a barrier it passed) is visible to whoever acquires a count.
-// One system fence for all n counters: red.release per counter would wait for the previous add at each.
-// Bulk stores must have completed (bulk_wait_all) and been ordered for the generic proxy (fence_proxy_async_global)
-// first.
+// release at system scope: the bulk stores ordered for the generic proxy, a fence.acq_rel.sys, then relaxed adds (each
+// a release pattern with the fence). Every store that precedes it (this thread's, the bulk stores it has waited for
+// with bulk_wait_all, and the CTA's before a barrier it passed) is visible to whoever acquires a count. One system
+// fence for all n counters: red.release per counter would wait for the previous add at each.
 __device__ __forceinline__ void signal_arrivals(std::uint32_t* const* counters, const std::uint32_t* counts, int n) {
+  fence_proxy_async_global();
   fence_acq_rel_sys();
   for (int j = 0; j < n; ++j)
     if (counts[j] != 0) red_relaxed_sys_add(counters[j], counts[j]);

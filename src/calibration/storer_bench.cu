@@ -25,6 +25,10 @@
 //                 other warps' stores, which the barrier made its own, before the count), no separate fence
 //   release_tile_gpu  ... red.release.gpu (enough when every destination is on this GPU)
 //
+// Background: none, or hbm_read (the storers' launch beside a kernel that reads a buffer far larger than the L2 with
+// 16-byte loads on every SM until the storers are done, as the fused kernel's weight stream loads HBM beside its
+// storers; run for the kernel's loop and tile ends only, on every SM).
+//
 // Timed with clock64 per CTA (frequency from %globaltimer anchors of the same launch): ns per tile
 // (median and p90 over CTAs), of it ns issuing (RowSources to last store issued) and ns in the tile's end (fence
 // and release), GB/s per CTA, and GB/s of the whole launch. Every stored byte is checked on the device.
@@ -215,6 +219,32 @@ __global__ void check_kernel(Args a, long long all_tiles, unsigned long long* mi
   if (bad) atomicAdd(mismatches, bad);
 }
 
+// Streams `words` 16-byte words of `src` with four loads in flight per thread, round after round, until *stop is set
+// or `max_rounds` rounds have passed (bounded: it ends even if the storers' launch never runs beside it); adds the
+// bytes it read to *bytes_read.
+__global__ void background_read_kernel(const uint4* src, long long words, const unsigned* stop, int max_rounds,
+                                       unsigned long long* bytes_read) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  unsigned x = 0;
+  long long loads = 0;
+  for (int round = 0; round < max_rounds; ++round) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i + 3 * stride < words; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = __ldcs(src + i + k * stride);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) x ^= v[k].x ^ v[k].w;
+      loads += 4;
+      if ((loads & 255) == 0 && *reinterpret_cast<const volatile unsigned*>(stop)) round = max_rounds;
+      if (round == max_rounds) break;
+    }
+  }
+  atomicAdd(bytes_read, static_cast<unsigned long long>(loads) * 16);
+  if (x == 0xFFFFFFFFu && loads < 0) bytes_read[1] = x;  // never true: keeps the loads
+}
+
+__global__ void set_flag_kernel(unsigned* flag) { *reinterpret_cast<volatile unsigned*>(flag) = 1; }
+
 constexpr int kBatches[] = {-1, 0, 4, 8};  // the store loops: row-wise (branch, predicated), batches of 4 and 8 steps
 const char* loop_name(int batch) { return batch < 0 ? "rows" : batch == 0 ? "pred" : batch == 4 ? "batch4" : "batch8"; }
 
@@ -278,8 +308,18 @@ int run(const Options& o) {
   XSTAGE_CUDA_CHECK(cudaSetDevice(0));
   const int sms = current_device_facts().sm_count;
   XSTAGE_REQUIRE(sms > 0, "xstage_storer_bench: the device's SM count is not known");
-  cudaStream_t stream;
+  cudaStream_t stream, bg_stream;
   XSTAGE_CUDA_CHECK(cudaStreamCreate(&stream));
+  XSTAGE_CUDA_CHECK(cudaStreamCreateWithFlags(&bg_stream, cudaStreamNonBlocking));
+  cudaEvent_t bg_start, bg_end;
+  XSTAGE_CUDA_CHECK(cudaEventCreate(&bg_start));
+  XSTAGE_CUDA_CHECK(cudaEventCreate(&bg_end));
+  // The background read's buffer: 32 times the L2, so that every load goes to HBM; its stop flag and byte count.
+  int l2_bytes = 0;
+  XSTAGE_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+  DeviceBuffer d_background(32 * std::max<std::size_t>(static_cast<std::size_t>(l2_bytes), 1u << 20)),
+      d_stop(3 * sizeof(unsigned long long));  // [0]: the flag, [1]: bytes read, [2]: the loads' sink
+  XSTAGE_CUDA_CHECK(cudaMemset(d_background.get(), 1, d_background.bytes()));
   const std::int64_t row_pitch = 2LL * o.h;
   nlohmann::json variants = nlohmann::json::array();
   int failures = 0;
@@ -304,18 +344,32 @@ int run(const Options& o) {
     for (const int ctas : {1, sms})
       for (const int warps : {1, 2})
         for (const int batch : kBatches)
-        for (const TileEnd end : kTileEnds) {
+        for (const TileEnd end : kTileEnds)
+        for (const bool loaded : {false, true}) {
+          if (loaded && !(ctas == sms && warps == 2 && batch >= 4 &&
+                          (end == TileEnd::none || end == TileEnd::sys_warp || end == TileEnd::storer)))
+            continue;
           Args a{d_sources.get<const int2>(), {}, row_pitch, n_blocks, o.tiles, d_counters.get<std::uint32_t>(),
                  d_stamps.get<unsigned long long>()};
           for (std::uint8_t*& p : a.peer) p = d_dest.get<std::uint8_t>();
-          std::vector<double> ns_per_tile, issue_ns, end_ns;
+          std::vector<double> ns_per_tile, issue_ns, end_ns, background_GBps;
           double launch_ns = 0;
           unsigned long long bad = 0;
           for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up
             XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_dest.get(), 0, d_dest.bytes(), stream));
             XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_bad.get(), 0, d_bad.bytes(), stream));
+            if (loaded) {
+              XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_stop.get(), 0, d_stop.bytes(), stream));
+              XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+              XSTAGE_CUDA_CHECK(cudaEventRecord(bg_start, bg_stream));
+              launch_kernel(background_read_kernel, dim3(sms), dim3(256), 0, bg_stream, d_background.get<const uint4>(),
+                            static_cast<long long>(d_background.bytes() / 16), d_stop.get<const unsigned>(), 64,
+                            d_stop.get<unsigned long long>() + 1);
+              XSTAGE_CUDA_CHECK(cudaEventRecord(bg_end, bg_stream));
+            }
             if (row_bytes == 256) launch<256>(end, batch, a, ctas, warps, stream);
             else launch<512>(end, batch, a, ctas, warps, stream);
+            if (loaded) launch_kernel(set_flag_kernel, dim3(1), dim3(1), 0, stream, d_stop.get<unsigned>());
             if (row_bytes == 256) launch_kernel(check_kernel<256>, dim3(4 * sms), dim3(256), 0, stream, a, static_cast<long long>(ctas) * o.tiles, d_bad.get<unsigned long long>());
             else launch_kernel(check_kernel<512>, dim3(4 * sms), dim3(256), 0, stream, a, static_cast<long long>(ctas) * o.tiles, d_bad.get<unsigned long long>());
             std::vector<unsigned long long> st(6 * static_cast<std::size_t>(ctas));
@@ -323,8 +377,16 @@ int run(const Options& o) {
             XSTAGE_CUDA_CHECK(cudaMemcpyAsync(st.data(), d_stamps.get(), st.size() * sizeof(st[0]), cudaMemcpyDeviceToHost, stream));
             XSTAGE_CUDA_CHECK(cudaMemcpyAsync(&rep_bad, d_bad.get(), sizeof(rep_bad), cudaMemcpyDeviceToHost, stream));
             XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+            XSTAGE_CUDA_CHECK(cudaStreamSynchronize(bg_stream));
             bad += rep_bad;
             if (rep == 0) continue;
+            if (loaded) {
+              unsigned long long bg_bytes = 0;
+              float bg_ms = 0;
+              XSTAGE_CUDA_CHECK(cudaMemcpy(&bg_bytes, d_stop.get<unsigned long long>() + 1, sizeof(bg_bytes), cudaMemcpyDeviceToHost));
+              XSTAGE_CUDA_CHECK(cudaEventElapsedTime(&bg_ms, bg_start, bg_end));
+              background_GBps.push_back(static_cast<double>(bg_bytes) / (1e6 * static_cast<double>(bg_ms)));
+            }
             unsigned long long first_ns = ~0ull, last_ns = 0;
             for (int c = 0; c < ctas; ++c) {
               const unsigned long long* s = &st[6 * static_cast<std::size_t>(c)];
@@ -341,18 +403,24 @@ int run(const Options& o) {
           const double tile_bytes = static_cast<double>(kTileRows) * row_bytes;
           const double med = quantile(ns_per_tile, 0.5);
           nlohmann::json v = {{"row_bytes", row_bytes}, {"ctas", ctas}, {"warps", warps}, {"loop", loop_name(batch)}, {"tile_end", name_of(end)},
+                              {"background", loaded ? "hbm_read" : "none"},
+                              {"background_GBps_median", loaded ? nlohmann::json(quantile(background_GBps, 0.5)) : nlohmann::json(nullptr)},
                               {"ns_per_tile_median", med}, {"ns_per_tile_p90", quantile(ns_per_tile, 0.9)},
                               {"issue_ns_per_tile_median", quantile(issue_ns, 0.5)}, {"end_ns_per_tile_median", quantile(end_ns, 0.5)},
                               {"GBps_per_cta_median", tile_bytes / med},
                               {"GBps_all_ctas", tile_bytes * o.tiles * ctas / launch_ns}, {"mismatches", bad}};
           if (bad) ++failures;
-          std::printf("rows %3d B  %3d CTAs x %d warps  %-6s  %-16s  %8.0f ns/tile (p90 %8.0f; issue %7.0f, end %7.0f)  %6.1f GB/s per CTA  %7.1f GB/s all%s\n",
-                      row_bytes, ctas, warps, loop_name(batch), name_of(end), med, quantile(ns_per_tile, 0.9), quantile(issue_ns, 0.5),
-                      quantile(end_ns, 0.5), tile_bytes / med, tile_bytes * o.tiles * ctas / launch_ns,
-                      bad ? "  WRONG DATA" : "");
+          std::printf("rows %3d B  %3d CTAs x %d warps  %-6s  %-16s  %-8s  %8.0f ns/tile (p90 %8.0f; issue %7.0f, end %7.0f)  %6.1f GB/s per CTA  %7.1f GB/s all%s\n",
+                      row_bytes, ctas, warps, loop_name(batch), name_of(end), loaded ? "hbm_read" : "alone", med,
+                      quantile(ns_per_tile, 0.9), quantile(issue_ns, 0.5), quantile(end_ns, 0.5), tile_bytes / med,
+                      tile_bytes * o.tiles * ctas / launch_ns, bad ? "  WRONG DATA" : "");
+          if (loaded) std::printf("    background read %.0f GB/s\n", quantile(background_GBps, 0.5));
           variants.push_back(v);
         }
   }
+  XSTAGE_CUDA_CHECK(cudaEventDestroy(bg_start));
+  XSTAGE_CUDA_CHECK(cudaEventDestroy(bg_end));
+  XSTAGE_CUDA_CHECK(cudaStreamDestroy(bg_stream));
   XSTAGE_CUDA_CHECK(cudaStreamDestroy(stream));
   const nlohmann::json doc = {{"command", command_line()}, {"date", utc_timestamp()}, {"tiles_per_cta", o.tiles}, {"h", o.h},
                               {"seed", o.seed}, {"sm_count", sms}, {"variants", variants}};

@@ -143,7 +143,17 @@ sys.exit(0 if derived == shipped else 1)
 PY
     xstage=${4:?moe_storer needs the xstage binary}
     run tools/moe/storer_model.py compare "$xstage" platforms/h200_nvlink4.json $d
-    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/fp8 | expert-wave | 1.69 | 2.53 / 2.54 | 2.78 | 3.55 / 3.55 | 0.78 / 0.78 |" ;;
+    has "$tmp/stdout" "h4096-i256-e64-k8/t6144/balanced/fp8 | expert-wave | 1.69 | 2.53 / 2.54 | 2.78 | 3.55 / 3.55 | 0.78 / 0.78 |"
+    # The H100 run's sections, alone and beside the HBM read, again from its bench; a bench without loaded variants
+    # is refused when they are asked for.
+    h=results/h100/moe/2026-12-06-storer-phases
+    for bg in none hbm_read; do
+      run tools/moe/storer_model.py costs $h/storer_bench.json.xz --background $bg
+      sfx=$([ $bg = none ] || echo _$bg)
+      diff "$tmp/stdout" $h/storer_section$sfx.json > "$tmp/diff" || { cat "$tmp/diff" >&2; fail "$h/storer_section$sfx.json is not the bench's"; }
+    done
+    ! "$py" tools/moe/storer_model.py costs $d/storer_bench.json.xz --background hbm_read > /dev/null 2>&1 ||
+      fail "costs --background hbm_read took a bench without loaded variants" ;;
   moe_power)  # the table the run printed, again from its archive
     d=$moe/run41-power-and-clock/trial-gaps
     run tools/moe/power_summary.py $d/moe_power.tar.xz

@@ -7,7 +7,8 @@
       fence and releases at EP = 1). Each tile's issue (RowSources to last store) is affine in its bytes, fixed work
       plus the stores: from the 256- and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) -
       bytes(256 B) / R_S. T_fence = the `sys_warp` tile end (the fence alone) of 512-byte rows; T_release = the
-      `storer` tile end less it.
+      `storer` tile end less it. --background hbm_read: the same from the variants run beside a read of HBM on every
+      SM (the storer's costs while a weight stream loads the memory system, as it does in the fused kernel).
   compare XSTAGE PLATFORM TRACE_DIR
       The audit (`XSTAGE plan moe --platform PLATFORM --ranks 1 --json` per traced configuration) against the
       traced storer phases: TRACE_DIR holds phases.json and table2.json (plain or .xz) from tools/moe/trace_figures.py.
@@ -33,16 +34,16 @@ from common import results  # noqa: E402
 LOOP, WARPS, TILE_ROWS = "batch8", 2, 128
 
 
-def costs(bench_path):
+def costs(bench_path, background="none"):
     doc = results.load_json(bench_path)
     ctas = doc["sm_count"]
 
     def variant(row_bytes, end):
         found = [v for v in doc["variants"] if v["loop"] == LOOP and v["warps"] == WARPS and v["ctas"] == ctas
-                 and v["row_bytes"] == row_bytes and v["tile_end"] == end]
+                 and v["row_bytes"] == row_bytes and v["tile_end"] == end and v.get("background", "none") == background]
         if len(found) != 1:
             raise SystemExit(f"{bench_path}: expected one {LOOP} variant with {WARPS} warps, {ctas} CTAs, {row_bytes}-byte rows, "
-                             f"tile end {end} (found {len(found)})")
+                             f"tile end {end}, background {background} (found {len(found)})")
         if found[0]["mismatches"]:
             raise SystemExit(f"{bench_path}: that variant stored wrong data")
         return found[0]
@@ -57,9 +58,10 @@ def costs(bench_path):
         raise SystemExit(f"{bench_path}: the storer's costs come out non-positive (R_S {R_S}, T_load {T_load}, "
                          f"T_fence {T_fence}, T_release {T_release}): the bench does not support this model")
     name = os.path.relpath(bench_path) if not os.path.isabs(bench_path) else bench_path
+    loaded = "" if background == "none" else f", beside a background {background}"
     return {"R_S_bytes_per_ns": round(R_S, 2), "T_load_ns": round(T_load, 1), "T_fence_ns": round(T_fence, 1),
             "T_release_ns": round(T_release, 1),
-            "source": f"{name} ({doc['date']}): xstage_storer_bench, loop {LOOP}, {WARPS} warps, {ctas} CTAs; "
+            "source": f"{name} ({doc['date']}): xstage_storer_bench, loop {LOOP}, {WARPS} warps, {ctas} CTAs{loaded}; "
                       "R_S and T_load from the issue time of 256- and 512-byte-row tiles with tile end storer, T_fence the "
                       "sys_warp tile end and T_release the storer tile end less it (512-byte rows); "
                       "tools/moe/storer_model.py costs"}
@@ -123,6 +125,7 @@ def main():
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("costs", help="the platform file's storer section from a storer bench JSON")
     c.add_argument("bench")
+    c.add_argument("--background", choices=["none", "hbm_read"], default="none")
     p = sub.add_parser("compare", help="the audit's storer spans against traced phases")
     p.add_argument("xstage")
     p.add_argument("platform")
@@ -130,7 +133,7 @@ def main():
     p.add_argument("--out")
     a = ap.parse_args()
     if a.command == "costs":
-        print(json.dumps({"storer": costs(a.bench)}, indent=2))
+        print(json.dumps({"storer": costs(a.bench, a.background)}, indent=2))
         return
     text = compare(a.xstage, a.platform, a.trace_dir)
     if a.out:

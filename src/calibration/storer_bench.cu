@@ -25,9 +25,10 @@
 //                 other warps' stores, which the barrier made its own, before the count), no separate fence
 //   release_tile_gpu  ... red.release.gpu (enough when every destination is on this GPU)
 //
-// Background: none, or hbm_read (the storers' launch beside a kernel that reads a buffer far larger than the L2 with
-// 16-byte loads on every SM until the storers are done, as the fused kernel's weight stream loads HBM beside its
-// storers; run for the kernel's loop and tile ends only, on every SM).
+// Background: none; hbm_read (the storers' launch beside a kernel that reads a buffer 32 times the L2 with 16-byte
+// loads on every SM until the storers are done, as the fused kernel's weight stream loads HBM beside its storers);
+// l2_read (the same over a quarter of the L2, every load a hit: the L2 loaded as the mainloop's operand stream
+// loads it). The loaded ones run for the kernel's loop and tile ends only, on every SM.
 //
 // Timed with clock64 per CTA (frequency from %globaltimer anchors of the same launch): ns per tile
 // (median and p90 over CTAs), of it ns issuing (RowSources to last store issued) and ns in the tile's end (fence
@@ -231,7 +232,7 @@ __global__ void background_read_kernel(const uint4* src, long long words, const 
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i + 3 * stride < words; i += 4 * stride) {
       uint4 v[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __ldcs(src + i + k * stride);
+      for (int k = 0; k < 4; ++k) v[k] = __ldcg(src + i + k * stride);
 #pragma unroll
       for (int k = 0; k < 4; ++k) x ^= v[k].x ^ v[k].w;
       loads += 4;
@@ -244,6 +245,9 @@ __global__ void background_read_kernel(const uint4* src, long long words, const 
 }
 
 __global__ void set_flag_kernel(unsigned* flag) { *reinterpret_cast<volatile unsigned*>(flag) = 1; }
+
+enum class Background { none, hbm_read, l2_read };
+const char* name_of(Background b) { return b == Background::none ? "none" : b == Background::hbm_read ? "hbm_read" : "l2_read"; }
 
 constexpr int kBatches[] = {-1, 0, 4, 8};  // the store loops: row-wise (branch, predicated), batches of 4 and 8 steps
 const char* loop_name(int batch) { return batch < 0 ? "rows" : batch == 0 ? "pred" : batch == 4 ? "batch4" : "batch8"; }
@@ -345,7 +349,8 @@ int run(const Options& o) {
       for (const int warps : {1, 2})
         for (const int batch : kBatches)
         for (const TileEnd end : kTileEnds)
-        for (const bool loaded : {false, true}) {
+        for (const Background background : {Background::none, Background::hbm_read, Background::l2_read}) {
+          const bool loaded = background != Background::none;
           if (loaded && !(ctas == sms && warps == 2 && batch >= 4 &&
                           (end == TileEnd::none || end == TileEnd::sys_warp || end == TileEnd::storer)))
             continue;
@@ -362,9 +367,10 @@ int run(const Options& o) {
               XSTAGE_CUDA_CHECK(cudaMemsetAsync(d_stop.get(), 0, d_stop.bytes(), stream));
               XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
               XSTAGE_CUDA_CHECK(cudaEventRecord(bg_start, bg_stream));
+              const bool hbm = background == Background::hbm_read;
               launch_kernel(background_read_kernel, dim3(sms), dim3(256), 0, bg_stream, d_background.get<const uint4>(),
-                            static_cast<long long>(d_background.bytes() / 16), d_stop.get<const unsigned>(), 64,
-                            d_stop.get<unsigned long long>() + 1);
+                            static_cast<long long>(hbm ? d_background.bytes() / 16 : static_cast<std::size_t>(l2_bytes) / 64),
+                            d_stop.get<const unsigned>(), hbm ? 64 : 8192, d_stop.get<unsigned long long>() + 1);
               XSTAGE_CUDA_CHECK(cudaEventRecord(bg_end, bg_stream));
             }
             if (row_bytes == 256) launch<256>(end, batch, a, ctas, warps, stream);
@@ -403,7 +409,7 @@ int run(const Options& o) {
           const double tile_bytes = static_cast<double>(kTileRows) * row_bytes;
           const double med = quantile(ns_per_tile, 0.5);
           nlohmann::json v = {{"row_bytes", row_bytes}, {"ctas", ctas}, {"warps", warps}, {"loop", loop_name(batch)}, {"tile_end", name_of(end)},
-                              {"background", loaded ? "hbm_read" : "none"},
+                              {"background", name_of(background)},
                               {"background_GBps_median", loaded ? nlohmann::json(quantile(background_GBps, 0.5)) : nlohmann::json(nullptr)},
                               {"ns_per_tile_median", med}, {"ns_per_tile_p90", quantile(ns_per_tile, 0.9)},
                               {"issue_ns_per_tile_median", quantile(issue_ns, 0.5)}, {"end_ns_per_tile_median", quantile(end_ns, 0.5)},
@@ -411,7 +417,7 @@ int run(const Options& o) {
                               {"GBps_all_ctas", tile_bytes * o.tiles * ctas / launch_ns}, {"mismatches", bad}};
           if (bad) ++failures;
           std::printf("rows %3d B  %3d CTAs x %d warps  %-6s  %-16s  %-8s  %8.0f ns/tile (p90 %8.0f; issue %7.0f, end %7.0f)  %6.1f GB/s per CTA  %7.1f GB/s all%s\n",
-                      row_bytes, ctas, warps, loop_name(batch), name_of(end), loaded ? "hbm_read" : "alone", med,
+                      row_bytes, ctas, warps, loop_name(batch), name_of(end), name_of(background), med,
                       quantile(ns_per_tile, 0.9), quantile(issue_ns, 0.5), quantile(end_ns, 0.5), tile_bytes / med,
                       tile_bytes * o.tiles * ctas / launch_ns, bad ? "  WRONG DATA" : "");
           if (loaded) std::printf("    background read %.0f GB/s\n", quantile(background_GBps, 0.5));

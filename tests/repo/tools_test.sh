@@ -147,7 +147,7 @@ PY
     # The H100 run's sections, alone and beside the HBM read, again from its bench; a bench without loaded variants
     # is refused when they are asked for.
     h=results/h100/moe/2026-12-06-storer-phases
-    for bg in none hbm_read; do
+    for bg in none hbm_read l2_read; do
       run tools/moe/storer_model.py costs $h/storer_bench.json.xz --background $bg
       sfx=$([ $bg = none ] || echo _$bg)
       diff "$tmp/stdout" $h/storer_section$sfx.json > "$tmp/diff" || { cat "$tmp/diff" >&2; fail "$h/storer_section$sfx.json is not the bench's"; }

@@ -7,8 +7,8 @@
       fence and releases at EP = 1). Each tile's issue (RowSources to last store) is affine in its bytes, fixed work
       plus the stores: from the 256- and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) -
       bytes(256 B) / R_S. T_fence = the `sys_warp` tile end (the fence alone) of 512-byte rows; T_release = the
-      `storer` tile end less it. --background hbm_read: the same from the variants run beside a read of HBM on every
-      SM (the storer's costs while a weight stream loads the memory system, as it does in the fused kernel).
+      `storer` tile end less it. --background hbm_read | l2_read: the same from the variants run beside a read of HBM
+      (or of the L2) on every SM: the storer's costs while a weight stream loads the memory system, as in the kernel.
   compare XSTAGE PLATFORM TRACE_DIR
       The audit (`XSTAGE plan moe --platform PLATFORM --ranks 1 --json` per traced configuration) against the
       traced storer phases: TRACE_DIR holds phases.json and table2.json (plain or .xz) from tools/moe/trace_figures.py.
@@ -125,7 +125,7 @@ def main():
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("costs", help="the platform file's storer section from a storer bench JSON")
     c.add_argument("bench")
-    c.add_argument("--background", choices=["none", "hbm_read"], default="none")
+    c.add_argument("--background", choices=["none", "hbm_read", "l2_read"], default="none")
     p = sub.add_parser("compare", help="the audit's storer spans against traced phases")
     p.add_argument("xstage")
     p.add_argument("platform")

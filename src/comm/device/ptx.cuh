@@ -1,7 +1,8 @@
 // Scoped memory operations of the cross-rank protocol, as single PTX instructions. Every fused op in
 // xstage (the MegaMoE layer, the fused Ulysses attention epilogue) publishes data to other SMs or other
 // GPUs with these, so the memory-model choices live in one place:
-//   - a counter that other SMs of this GPU wait on: red.release.gpu, read with ld.acquire.gpu;
+//   - a counter that other SMs of this GPU wait on: red.release.gpu, or a relaxed add after a fence.acq_rel that
+//     the thread runs anyway; read with ld.acquire.gpu;
 //   - a flag or counter a peer GPU waits on (through an LSA pointer): red/st.release.sys, or one fence.acq_rel.sys
 //     before relaxed adds to several counters; read with ld.acquire.sys;
 //   - data a TMA load will read after a generic-proxy write: fence.proxy.async on both sides.
@@ -49,6 +50,9 @@ __device__ __forceinline__ void red_release_sys_add(std::uint32_t* p, std::uint3
 // publishes to several counters pays one fence, not one per counter as with red.release.
 __device__ __forceinline__ void red_relaxed_sys_add(std::uint32_t* p, std::uint32_t v) {
   asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_relaxed_gpu_add(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // An add that is a release for this thread's earlier operations and an acquire for its later ones.
 __device__ __forceinline__ std::uint32_t atom_acq_rel_gpu_add(std::uint32_t* p, std::uint32_t v) {

@@ -38,6 +38,7 @@ struct MegaMoeSharedStorage {
   typename C::Pipeline::SharedStorage pipeline;
   alignas(8) std::uint64_t staging_full[C::kStagingSlots];
   alignas(8) std::uint64_t staging_empty[C::kStagingSlots];
+  std::uint32_t storer_rows[2][C::kStorerWarps][kMaxEpRanks];  // a tile's rows per source rank and storer warp (storer.cuh)
   int counts[C::kMaxCounts];                // [P][E_local]: pairs source s sends to local expert e
   int first_row[C::kMaxLocalExperts + 1];   // O_e
   int expert_rows[C::kMaxLocalExperts];     // (token, k) pairs routed to local expert e this call (sum over sources)

@@ -1,6 +1,7 @@
 // The storer role (warps 2-3): drains each Linear-2 tile from the staging buffer with 16-byte remote stores
 // (st.global through LSA pointers) straight into the combine buffer of each row's source rank — the X-Stage
-// traffic — then fences and adds the rows to that source's combine_arrived, and frees the staging slot.
+// traffic — and frees the staging slot; then the storer warps meet and warp 0 publishes the tile once: one
+// system fence, the rows added to each source's combine_arrived and the tile to l2_done.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include "moe/problem/routing.hpp"
 
 namespace xstage::moe {
+
+inline constexpr int kStorerBarrier = 3;  // named barrier of the storer warps (1, 2: epilogue_l1.cuh, reduce.cuh)
 
 // Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
 // Its code is compiled for its own groups only (kGroups of them, not all 4 under a runtime test) and counts
@@ -99,24 +102,36 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     __syncwarp();
     const long long t_issued = stats_clock();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.staging_empty[slot]);
+    // This warp's rows of each source q (lane l holds row 32·b + l of each of its groups), for warp 0 to add up.
+    std::uint32_t (&rows)[C::kStorerWarps][kMaxEpRanks] = smem.storer_rows[j & 1];
+    for (int q = 0; q < P; ++q) {
+      unsigned n = 0;
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) n += __popc(__ballot_sync(0xffffffffu, rs[i].pair >= 0 && rs[i].rank == q));
+      if (lane == 0) rows[sw][q] = n;
+      if (kMoeStats && lane == 0 && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
+    }
+    // The tile is published once (docs/MOE.md, "One release per tile"): the barrier orders the other
+    // storer warps' stores and counts before warp 0's lanes, and lane q's fence.acq_rel.sys with its relaxed add
+    // is a release of all of them to source q (the fence is cumulative); lane 0's add to l2_done likewise. The
+    // other warps go on to the next tile at once. The counts are double-buffered by tile: a warp can reach the
+    // next tile's counts only after the next staging_full, while warp 0 may still be reading these.
+    cutlass::arch::NamedBarrier::sync(32 * C::kStorerWarps, kStorerBarrier);
     const long long t0 = stats_clock();
-    __threadfence_system();  // this lane's combine stores are visible before the counts are
+    if (sw == 0 && lane < P) {
+      std::uint32_t n = 0;
+#pragma unroll
+      for (int v = 0; v < C::kStorerWarps; ++v) n += rows[v][lane];
+      fence_acq_rel_sys();
+      if (n > 0) red_relaxed_sys_add(at<std::uint32_t>(prm.peer[lane], w.counters.combine_arrived()), n);
+      if (lane == 0) {
+        red_relaxed_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
+        stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over
+      }
+    }
     __syncwarp();
     const long long drained = stats_clock();
     drain_cycles += drained - t0;
-    for (int q = 0; q < P; ++q) {
-      unsigned n = 0;  // this warp's rows of source q: lane l holds row 32·b + l of each of its groups
-#pragma unroll
-      for (int i = 0; i < kGroups; ++i) n += __popc(__ballot_sync(0xffffffffu, rs[i].pair >= 0 && rs[i].rank == q));
-      if (lane == 0 && n > 0) {
-        red_release_sys_add(at<std::uint32_t>(prm.peer[q], w.counters.combine_arrived()), n);
-        if (kMoeStats && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
-      }
-    }
-    if (lane == 0 && sw == 0) {
-      red_release_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
-      stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over (its own storer 1 may lag a little)
-    }
     if constexpr (kMoeStats) {
       static_assert(C::kStorerWarps == kTracedStorerWarps, "one drain record per storer warp");
       const long long t_released = stats_clock();

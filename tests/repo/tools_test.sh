@@ -134,7 +134,7 @@ PY
     ! grep -n "urandom" scripts/gpu/*.sh | grep -v "^scripts/gpu/env.sh:" || fail "a GPU script draws its own seed" ;;
   moe_storer)  # the shipped platform file's storer section is the committed storer bench's; the audit against the phases
     d=results/h200/moe/2026-12-01-storer-phases/after
-    run tools/moe/storer_model.py costs $d/storer_bench.json.xz
+    run tools/moe/storer_model.py costs $d/storer_bench.json.xz --tile-end storer
     "$py" - "$tmp/stdout" platforms/h200_nvlink4.json <<'PY' || fail "platforms/h200_nvlink4.json's storer section is not the bench's"
 import json, sys
 derived = json.load(open(sys.argv[1]))["storer"]
@@ -148,12 +148,32 @@ PY
     # is refused when they are asked for.
     h=results/h100/moe/2026-12-06-storer-phases
     for bg in none hbm_read l2_read; do
-      run tools/moe/storer_model.py costs $h/storer_bench.json.xz --background $bg
+      run tools/moe/storer_model.py costs $h/storer_bench.json.xz --tile-end storer --background $bg
       sfx=$([ $bg = none ] || echo _$bg)
       diff "$tmp/stdout" $h/storer_section$sfx.json > "$tmp/diff" || { cat "$tmp/diff" >&2; fail "$h/storer_section$sfx.json is not the bench's"; }
     done
-    ! "$py" tools/moe/storer_model.py costs $d/storer_bench.json.xz --background hbm_read > /dev/null 2>&1 ||
-      fail "costs --background hbm_read took a bench without loaded variants" ;;
+    ! "$py" tools/moe/storer_model.py costs $d/storer_bench.json.xz --tile-end storer --background hbm_read > /dev/null 2>&1 ||
+      fail "costs --background hbm_read took a bench without loaded variants"
+    ! "$py" tools/moe/storer_model.py costs $h/storer_bench.json.xz > /dev/null 2>&1 ||
+      fail "costs (tile end publish) took a bench without the publish tile end"
+    # The publish tile end on a bench that has it (the H100 bench's `storer` variants relabelled, with known times):
+    # R_S and T_load from its issue times as before, T_fence its 512-byte tile end, T_release 0.
+    "$py" - $h/storer_bench.json.xz "$tmp/publish.json" <<'PY'
+import json, lzma, sys
+doc = json.load(lzma.open(sys.argv[1]))
+for v in doc["variants"]:
+    if v["tile_end"] == "storer":
+        v["tile_end"] = "publish"
+        v["end_ns_per_tile_median"] = 1000.0 + v["row_bytes"]
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+    run tools/moe/storer_model.py costs "$tmp/publish.json"
+    "$py" - "$tmp/stdout" <<'PY' || fail "the publish tile end's section is not T_fence = its 512-byte end, T_release 0"
+import json, sys
+s = json.load(open(sys.argv[1]))["storer"]
+sys.exit(0 if s["T_fence_ns"] == 1512.0 and s["T_release_ns"] == 0.0 and s["R_S_bytes_per_ns"] > 0 and "tile end publish" in s["source"] else 1)
+PY
+    ;;
   moe_power)  # the table the run printed, again from its archive
     d=$moe/run41-power-and-clock/trial-gaps
     run tools/moe/power_summary.py $d/moe_power.tar.xz

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The MoE combine storer's own costs in the model (docs/MODEL.md, "The storer's own rate").
 
-  costs BENCH
+  costs BENCH [--tile-end publish|storer] [--background none|hbm_read|l2_read]
       The platform file's "storer" section from `xstage_storer_bench --out BENCH` (plain or .xz): the loop the kernel
-      runs (batch8: bf16's kStoreBatch), 2 storer warps, one CTA on every SM, tile end `storer` (the kernel's own
-      fence and releases at EP = 1). Each tile's issue (RowSources to last store) is affine in its bytes, fixed work
-      plus the stores: from the 256- and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) -
-      bytes(256 B) / R_S. T_fence = the `sys_warp` tile end (the fence alone) of 512-byte rows; T_release = the
-      `storer` tile end less it. --background hbm_read | l2_read: the same from the variants run beside a read of HBM
-      (or of the L2) on every SM: the storer's costs while a weight stream loads the memory system, as in the kernel.
+      runs (batch8: bf16's kStoreBatch), 2 storer warps, one CTA on every SM, the kernel's tile end at EP = 1:
+      `publish` (one fence and relaxed adds per tile, the kernel now; the default) or `storer` (a fence per warp and
+      releases that wait, the kernel before 2026-12-06, which the shipped platform file's section still prices).
+      Each tile's issue (RowSources to last store) is affine in its bytes, fixed work plus the stores: from the 256-
+      and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) - bytes(256 B) / R_S. With `publish`,
+      T_fence = its tile end of 512-byte rows and T_release = 0; with `storer`, T_fence = the `sys_warp` tile end (the
+      fence alone) and T_release = the `storer` tile end less it. --background hbm_read | l2_read: the same from the
+      variants run beside a read of HBM (or of the L2) on every SM, as a weight stream loads the memory system.
   compare XSTAGE PLATFORM TRACE_DIR
       The audit (`XSTAGE plan moe --platform PLATFORM --ranks 1 --json` per traced configuration) against the
       traced storer phases: TRACE_DIR holds phases.json and table2.json (plain or .xz) from tools/moe/trace_figures.py.
@@ -17,7 +19,7 @@
       their medians) and T_drain (-> fence returned; what the trace calls T_RS); beside them the span the MMA sees,
       T_RS (staging -> slot free), and the stall per tile (mean; traced: the consumers' staging wait).
 
-    python3 tools/moe/storer_model.py costs results/h200/moe/2026-12-01-storer-phases/after/storer_bench.json.xz
+    python3 tools/moe/storer_model.py costs results/h200/moe/2026-12-01-storer-phases/after/storer_bench.json.xz --tile-end storer
     python3 tools/moe/storer_model.py compare build/xstage platforms/h200_nvlink4.json \\
         results/h200/moe/2026-12-01-storer-phases/after
 """
@@ -34,7 +36,7 @@ from common import results  # noqa: E402
 LOOP, WARPS, TILE_ROWS = "batch8", 2, 128
 
 
-def costs(bench_path, background="none"):
+def costs(bench_path, background="none", tile_end="publish"):
     doc = results.load_json(bench_path)
     ctas = doc["sm_count"]
 
@@ -48,13 +50,18 @@ def costs(bench_path, background="none"):
             raise SystemExit(f"{bench_path}: that variant stored wrong data")
         return found[0]
 
-    small, large = variant(256, "storer"), variant(512, "storer")
+    small, large = variant(256, tile_end), variant(512, tile_end)
     b_small, b_large = 256 * TILE_ROWS, 512 * TILE_ROWS
     R_S = (b_large - b_small) / (large["issue_ns_per_tile_median"] - small["issue_ns_per_tile_median"])
     T_load = small["issue_ns_per_tile_median"] - b_small / R_S
-    T_fence = variant(512, "sys_warp")["end_ns_per_tile_median"]
-    T_release = large["end_ns_per_tile_median"] - T_fence
-    if min(R_S, T_load, T_fence, T_release) <= 0:
+    if tile_end == "storer":  # a fence per warp, then releases that wait: the fence alone, the rest after it
+        T_fence = variant(512, "sys_warp")["end_ns_per_tile_median"]
+        T_release = large["end_ns_per_tile_median"] - T_fence
+        how = "T_fence the sys_warp tile end and T_release the storer tile end less it (512-byte rows)"
+    else:  # one fence for the tile, then relaxed adds that do not wait
+        T_fence, T_release = large["end_ns_per_tile_median"], 0.0
+        how = "T_fence the publish tile end (512-byte rows) and T_release 0 (the adds after the fence do not wait)"
+    if min(R_S, T_load, T_fence) <= 0 or T_release < 0:
         raise SystemExit(f"{bench_path}: the storer's costs come out non-positive (R_S {R_S}, T_load {T_load}, "
                          f"T_fence {T_fence}, T_release {T_release}): the bench does not support this model")
     name = os.path.relpath(bench_path) if not os.path.isabs(bench_path) else bench_path
@@ -62,8 +69,7 @@ def costs(bench_path, background="none"):
     return {"R_S_bytes_per_ns": round(R_S, 2), "T_load_ns": round(T_load, 1), "T_fence_ns": round(T_fence, 1),
             "T_release_ns": round(T_release, 1),
             "source": f"{name} ({doc['date']}): xstage_storer_bench, loop {LOOP}, {WARPS} warps, {ctas} CTAs{loaded}; "
-                      "R_S and T_load from the issue time of 256- and 512-byte-row tiles with tile end storer, T_fence the "
-                      "sys_warp tile end and T_release the storer tile end less it (512-byte rows); "
+                      f"R_S and T_load from the issue time of 256- and 512-byte-row tiles with tile end {tile_end}, {how}; "
                       "tools/moe/storer_model.py costs"}
 
 
@@ -126,6 +132,8 @@ def main():
     c = sub.add_parser("costs", help="the platform file's storer section from a storer bench JSON")
     c.add_argument("bench")
     c.add_argument("--background", choices=["none", "hbm_read", "l2_read"], default="none")
+    c.add_argument("--tile-end", choices=["publish", "storer"], default="publish",
+                   help="the kernel's tile end: publish (one release per tile, the kernel since 2026-12-06) or storer (before)")
     p = sub.add_parser("compare", help="the audit's storer spans against traced phases")
     p.add_argument("xstage")
     p.add_argument("platform")
@@ -133,7 +141,7 @@ def main():
     p.add_argument("--out")
     a = ap.parse_args()
     if a.command == "costs":
-        print(json.dumps({"storer": costs(a.bench, a.background)}, indent=2))
+        print(json.dumps({"storer": costs(a.bench, a.background, a.tile_end)}, indent=2))
         return
     text = compare(a.xstage, a.platform, a.trace_dir)
     if a.out:

@@ -18,6 +18,11 @@ namespace xstage::moe {
 // Dispatch pulls rows in units of this many consecutive rows of one scheduler row (dispatch_role).
 inline constexpr int kDispatchUnitRows = 16;
 
+// The kernel's named barriers (bar.sync ids; 0 is __syncthreads): the consumer warpgroups at the end of a Linear-1
+// epilogue (epilogue_l1.cuh), all 384 threads once every role is done (reduce.cuh), the storer warps at the end of
+// each Linear-2 tile (storer.cuh).
+inline constexpr int kL1EpilogueBarrier = 1, kRolesDoneBarrier = 2, kStorerBarrier = 3;
+
 // Tile 128 × kBlockN (b_n = 128 or 256), K step one 128-byte swizzle row (64 bf16, 128 fp8). With b_n = 256
 // the pipeline has 3 stages and one staging slot (3 × 48 KB + 66 KB of shared memory), with b_n = 128 four
 // stages and two slots.

@@ -35,8 +35,6 @@
 
 namespace xstage::moe {
 
-inline constexpr int kL1EpilogueBarrier = 1;  // named barrier of the consumer warpgroups
-
 // A 4 × 4 transpose of 32-bit words over the 4 lanes of a quad (lanes 4i to 4i + 3): on entry word m of lane q
 // is meant for lane m; on return word s of lane q is the word lane s meant for it. Two exchanges of two words
 // (lanes 2 apart, then 1 apart), with selects, so that every register index is static.

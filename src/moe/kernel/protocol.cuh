@@ -17,13 +17,11 @@ namespace xstage::moe {
 
 using comm::fence_acq_rel_sys;
 using comm::fence_proxy_async_global;
-using comm::ld_acquire_gpu;
 using comm::ld_relaxed_sys;
 using comm::ld_shared_cluster;
 using comm::red_release_gpu_add;
 using comm::red_relaxed_gpu_add;
 using comm::red_relaxed_sys_add;
-using comm::red_release_sys_add;
 using comm::st_global_v4_if;
 using comm::st_release_sys;
 

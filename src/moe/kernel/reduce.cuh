@@ -56,7 +56,6 @@ __device__ __forceinline__ std::uint32_t routed_pairs(const MegaMoeParams<C>& pr
 // Returns when the wait began (thread 0's tail statistic). A CTA pair first joins both CTAs: the partner's
 // consumers may still be arriving on this CTA's empty barriers, so neither leaves the cluster's shared memory
 // before both are done with it (bounded: every path to it is made of bounded waits, comm/device/bounded_wait.cuh).
-inline constexpr int kRolesDoneBarrier = 2;  // named barrier of all 384 threads (1: the consumers' L1 epilogue)
 template <int kRowsInFlight, class C>
 __device__ long long await_combine_then_reduce(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>& smem) {
   if constexpr (C::kClusterSize > 1) cute::cluster_sync();

@@ -13,8 +13,6 @@
 
 namespace xstage::moe {
 
-inline constexpr int kStorerBarrier = 3;  // named barrier of the storer warps (1, 2: epilogue_l1.cuh, reduce.cuh)
-
 // Storer warp `sw` of kStorerWarps drains the groups of 32 rows b = sw, sw + kStorerWarps, ... of each tile.
 // Its code is compiled for its own groups only (kGroups of them, not all 4 under a runtime test) and counts
 // each source rank's rows with one ballot per group after the loop, not per row inside it: the loop holds
@@ -114,8 +112,8 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
     // The tile is published once (docs/MOE.md, "One release per tile"): the barrier orders the other
     // storer warps' stores and counts before warp 0's lanes, and lane q's fence.acq_rel.sys with its relaxed add
     // is a release of all of them to source q (the fence is cumulative); lane 0's add to l2_done likewise. The
-    // other warps go on to the next tile at once. The counts are double-buffered by tile: a warp can reach the
-    // next tile's counts only after the next staging_full, while warp 0 may still be reading these.
+    // other warps go on to the next tile at once. The counts are double-buffered by tile: another warp writes
+    // tile j + 2's only after passing tile j + 1's barrier, which warp 0 reaches after reading tile j's.
     cutlass::arch::NamedBarrier::sync(32 * C::kStorerWarps, kStorerBarrier);
     const long long t0 = stats_clock();
     if (sw == 0 && lane < P) {

@@ -22,8 +22,9 @@
 //   storer        what storer.cuh did at EP = 1 before it published each tile once: sys_warp, then per warp
 //                 red.release.sys of its row count, and warp 0 one red.release.gpu (l2_done)
 //   publish       what storer.cuh does now: each warp's row count to shared memory, the warps meet at a named
-//                 barrier, then warp 0's lane 0 (EP = 1: one source) fence.acq_rel.sys, a relaxed add of the
-//                 tile's rows and a relaxed add to l2_done; the other warps go on
+//                 barrier, then warp 0's lane 0 (one source here) fence.acq_rel.sys, a relaxed add of the
+//                 tile's rows and a relaxed add to l2_done; the other warps go on (the kernel at EP > 1)
+//   publish_gpu   ... fence.acq_rel.gpu and GPU-scope adds (the kernel at EP = 1: every destination local)
 //   release_tile  the candidate: named barrier, then one thread red.release.sys (the release orders the
 //                 other warps' stores, which the barrier made its own, before the count), no separate fence
 //   release_tile_gpu  ... red.release.gpu (enough when every destination is on this GPU)
@@ -66,9 +67,9 @@ namespace xstage::calibration {
 namespace {
 
 constexpr int kTileRows = 128;
-enum class TileEnd { none, gpu_warp, sys_warp, gpu_tile, sys_tile, storer, publish, release_tile, release_tile_gpu };
+enum class TileEnd { none, gpu_warp, sys_warp, gpu_tile, sys_tile, storer, publish, publish_gpu, release_tile, release_tile_gpu };
 constexpr TileEnd kTileEnds[] = {TileEnd::none, TileEnd::gpu_warp, TileEnd::sys_warp, TileEnd::gpu_tile,
-                                 TileEnd::sys_tile, TileEnd::storer, TileEnd::publish, TileEnd::release_tile,
+                                 TileEnd::sys_tile, TileEnd::storer, TileEnd::publish, TileEnd::publish_gpu, TileEnd::release_tile,
                                  TileEnd::release_tile_gpu};
 const char* name_of(TileEnd e) {
   switch (e) {
@@ -79,6 +80,7 @@ const char* name_of(TileEnd e) {
     case TileEnd::sys_tile: return "sys_tile";
     case TileEnd::storer: return "storer";
     case TileEnd::publish: return "publish";
+    case TileEnd::publish_gpu: return "publish_gpu";
     case TileEnd::release_tile: return "release_tile";
     case TileEnd::release_tile_gpu: return "release_tile_gpu";
   }
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
       if (lane == 0) comm::red_release_sys_add(a.counters, rows);
       if (lane == 0 && sw == 0) comm::red_release_gpu_add(a.counters + 1, 1);
     }
-    if constexpr (kEnd == TileEnd::publish) {
+    if constexpr (kEnd == TileEnd::publish || kEnd == TileEnd::publish_gpu) {
       __shared__ unsigned warp_rows[2][2];  // [tile parity][storer warp]: this launch has 1 or 2 warps
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) rows += __shfl_xor_sync(0xffffffffu, rows, o);
@@ -196,8 +198,13 @@ __global__ void __launch_bounds__(64, 1) storer_bench_kernel(Args a) {
       if (sw == 0 && lane == 0) {
         unsigned n = 0;
         for (int v = 0; v < warps; ++v) n += warp_rows[t & 1][v];
-        comm::fence_acq_rel_sys();
-        comm::red_relaxed_sys_add(a.counters, n);
+        if constexpr (kEnd == TileEnd::publish) {
+          comm::fence_acq_rel_sys();
+          comm::red_relaxed_sys_add(a.counters, n);
+        } else {
+          comm::fence_acq_rel_gpu();
+          comm::red_relaxed_gpu_add(a.counters, n);
+        }
         comm::red_relaxed_gpu_add(a.counters + 1, 1);
       }
     }
@@ -292,6 +299,7 @@ void launch(TileEnd end, int batch, const Args& a, int ctas, int warps, cudaStre
     case TileEnd::sys_tile: return launch_one<kRowBytes, TileEnd::sys_tile>(batch, a, ctas, warps, stream);
     case TileEnd::storer: return launch_one<kRowBytes, TileEnd::storer>(batch, a, ctas, warps, stream);
     case TileEnd::publish: return launch_one<kRowBytes, TileEnd::publish>(batch, a, ctas, warps, stream);
+    case TileEnd::publish_gpu: return launch_one<kRowBytes, TileEnd::publish_gpu>(batch, a, ctas, warps, stream);
     case TileEnd::release_tile: return launch_one<kRowBytes, TileEnd::release_tile>(batch, a, ctas, warps, stream);
     case TileEnd::release_tile_gpu: return launch_one<kRowBytes, TileEnd::release_tile_gpu>(batch, a, ctas, warps, stream);
   }
@@ -373,7 +381,7 @@ int run(const Options& o) {
           const bool loaded = background != Background::none;
           if (loaded && !(ctas == sms && warps == 2 && batch >= 4 &&
                           (end == TileEnd::none || end == TileEnd::sys_warp || end == TileEnd::storer ||
-                           end == TileEnd::publish)))
+                           end == TileEnd::publish || end == TileEnd::publish_gpu)))
             continue;
           Args a{d_sources.get<const int2>(), {}, row_pitch, n_blocks, o.tiles, d_counters.get<std::uint32_t>(),
                  d_stamps.get<unsigned long long>()};

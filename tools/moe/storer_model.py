@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The MoE combine storer's own costs in the model (docs/MODEL.md, "The storer's own rate").
 
-  costs BENCH [--tile-end publish|storer] [--background none|hbm_read|l2_read]
+  costs BENCH [--tile-end publish|publish_gpu|storer] [--background none|hbm_read|l2_read]
       The platform file's "storer" section from `xstage_storer_bench --out BENCH` (plain or .xz): the loop the kernel
-      runs (batch8: bf16's kStoreBatch), 2 storer warps, one CTA on every SM, the kernel's tile end at EP = 1:
-      `publish` (one fence and relaxed adds per tile, the kernel now; the default) or `storer` (a fence per warp and
+      runs (batch8: bf16's kStoreBatch), 2 storer warps, one CTA on every SM, and one of the kernel's tile ends:
+      `publish` (one system-scope fence and relaxed adds per tile, the kernel at EP > 1; the default), `publish_gpu`
+      (the same at GPU scope, the kernel at EP = 1, where every destination is local) or `storer` (a fence per warp and
       releases that wait, the kernel before 2026-12-06, which the shipped platform file's section still prices).
       Each tile's issue (RowSources to last store) is affine in its bytes, fixed work plus the stores: from the 256-
-      and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) - bytes(256 B) / R_S. With `publish`,
+      and 512-byte-row tiles, R_S = Δbytes / Δissue and T_load = issue(256 B) - bytes(256 B) / R_S. With `publish*`,
       T_fence = its tile end of 512-byte rows and T_release = 0; with `storer`, T_fence = the `sys_warp` tile end (the
       fence alone) and T_release = the `storer` tile end less it. --background hbm_read | l2_read: the same from the
       variants run beside a read of HBM (or of the L2) on every SM, as a weight stream loads the memory system.
@@ -60,7 +61,7 @@ def costs(bench_path, background="none", tile_end="publish"):
         how = "T_fence the sys_warp tile end and T_release the storer tile end less it (512-byte rows)"
     else:  # one fence for the tile, then relaxed adds that do not wait
         T_fence, T_release = large["end_ns_per_tile_median"], 0.0
-        how = "T_fence the publish tile end (512-byte rows) and T_release 0 (the adds after the fence do not wait)"
+        how = f"T_fence the {tile_end} tile end (512-byte rows) and T_release 0 (the adds after the fence do not wait)"
     if min(R_S, T_load, T_fence) <= 0 or T_release < 0:
         raise SystemExit(f"{bench_path}: the storer's costs come out non-positive (R_S {R_S}, T_load {T_load}, "
                          f"T_fence {T_fence}, T_release {T_release}): the bench does not support this model")
@@ -132,8 +133,9 @@ def main():
     c = sub.add_parser("costs", help="the platform file's storer section from a storer bench JSON")
     c.add_argument("bench")
     c.add_argument("--background", choices=["none", "hbm_read", "l2_read"], default="none")
-    c.add_argument("--tile-end", choices=["publish", "storer"], default="publish",
-                   help="the kernel's tile end: publish (one release per tile, the kernel since 2026-12-06) or storer (before)")
+    c.add_argument("--tile-end", choices=["publish", "publish_gpu", "storer"], default="publish",
+                   help="the kernel's tile end: publish (one release per tile at system scope, EP > 1), publish_gpu "
+                        "(at GPU scope, EP = 1) or storer (before 2026-12-06)")
     p = sub.add_parser("compare", help="the audit's storer spans against traced phases")
     p.add_argument("xstage")
     p.add_argument("platform")

@@ -15,6 +15,7 @@
 
 namespace xstage::moe {
 
+using comm::fence_acq_rel_gpu;
 using comm::fence_acq_rel_sys;
 using comm::fence_proxy_async_global;
 using comm::ld_relaxed_sys;

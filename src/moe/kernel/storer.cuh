@@ -1,7 +1,7 @@
 // The storer role (warps 2-3): drains each Linear-2 tile from the staging buffer with 16-byte remote stores
 // (st.global through LSA pointers) straight into the combine buffer of each row's source rank — the X-Stage
 // traffic — and frees the staging slot; then the storer warps meet and warp 0 publishes the tile once: one
-// system fence, the rows added to each source's combine_arrived and the tile to l2_done.
+// fence, the rows added to each source's combine_arrived and the tile to l2_done.
 #pragma once
 
 #include <cstdint>
@@ -110,8 +110,9 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       if (kMoeStats && lane == 0 && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
     }
     // The tile is published once (docs/MOE.md, "One release per tile"): the barrier orders the other
-    // storer warps' stores and counts before warp 0's lanes, and lane q's fence.acq_rel.sys with its relaxed add
-    // is a release of all of them to source q (the fence is cumulative); lane 0's add to l2_done likewise. The
+    // storer warps' stores and counts before warp 0's lanes, and lane q's fence.acq_rel with its relaxed add is a
+    // release of all of them to source q (the fence is cumulative; system scope when P > 1, since a source on
+    // another GPU acquires it); lane 0's add to l2_done likewise. The
     // other warps go on to the next tile at once. The counts are double-buffered by tile: another warp writes
     // tile j + 2's only after passing tile j + 1's barrier, which warp 0 reaches after reading tile j's.
     cutlass::arch::NamedBarrier::sync(32 * C::kStorerWarps, kStorerBarrier);
@@ -120,8 +121,14 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       std::uint32_t n = 0;
 #pragma unroll
       for (int v = 0; v < C::kStorerWarps; ++v) n += rows[v][lane];
-      fence_acq_rel_sys();
-      if (n > 0) red_relaxed_sys_add(at<std::uint32_t>(prm.peer[lane], w.counters.combine_arrived()), n);
+      std::uint32_t* const arrived = at<std::uint32_t>(prm.peer[lane], w.counters.combine_arrived());
+      if (P == 1) {  // every store and counter is on this GPU: a GPU-scope release is enough
+        fence_acq_rel_gpu();
+        if (n > 0) red_relaxed_gpu_add(arrived, n);
+      } else {
+        fence_acq_rel_sys();
+        if (n > 0) red_relaxed_sys_add(arrived, n);
+      }
       if (lane == 0) {
         red_relaxed_gpu_add(at<std::uint32_t>(prm.local, w.counters.l2_done(w.ring.slot(t.row))), 1);
         stats_add(&prm.stats->draining_now, ~0ull);  // this CTA's drain is over

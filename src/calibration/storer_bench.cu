@@ -38,7 +38,10 @@
 // (median and p90 over CTAs), of it ns issuing (RowSources to last store issued) and ns in the tile's end (fence
 // and release), GB/s per CTA, and GB/s of the whole launch. Every stored byte is checked on the device.
 //
-//   xstage_storer_bench [--tiles N] [--h H] [--seed S] --out FILE
+// --rows grouped gives each tile 128 consecutive destination rows instead of a random choice (scattered, as a tile's
+// tokens are): the same stores with a few pages to translate per tile instead of one per row.
+//
+//   xstage_storer_bench [--tiles N] [--h H] [--seed S] [--rows scattered|grouped] --out FILE
 //
 // Per variant (row bytes, CTAs, warps, loop, tile end):
 #include <cuda_runtime.h>
@@ -314,6 +317,7 @@ struct Options {
   int tiles = 64;     // per CTA
   int h = 7168;       // destination row: h bf16 (the combine buffer's row)
   std::uint64_t seed = 1;
+  bool scattered = true;  // --rows scattered: each tile's 128 destination rows a random choice; grouped: consecutive
   std::string out;
 };
 
@@ -327,7 +331,10 @@ Options parse(int argc, char** argv) {
     else if (k == "--h") o.h = std::atoi(v.c_str());
     else if (k == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--out") o.out = v;
-    else throw InputError("xstage_storer_bench: unknown option " + k + " (--tiles, --h, --seed, --out)");
+    else if (k == "--rows") {
+      XSTAGE_REQUIRE(v == "scattered" || v == "grouped", "xstage_storer_bench: --rows must be scattered or grouped, not " + v);
+      o.scattered = v == "scattered";
+    } else throw InputError("xstage_storer_bench: unknown option " + k + " (--tiles, --h, --seed, --rows, --out)");
   }
   XSTAGE_REQUIRE(o.tiles >= 2 && o.tiles <= 4096, "xstage_storer_bench: --tiles must be in [2, 4096]");
   XSTAGE_REQUIRE(o.h >= 256 && o.h % 256 == 0 && o.h <= 65536, "xstage_storer_bench: --h must be a multiple of 256 in [256, 65536]");
@@ -366,7 +373,7 @@ int run(const Options& o) {
     std::vector<int> perm(static_cast<std::size_t>(dest_rows));
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937_64 rng(o.seed);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    if (o.scattered) std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<int2> sources(static_cast<std::size_t>(all_tiles) * kTileRows);
     for (long long g = 0; g < all_tiles; ++g)
       for (int r = 0; r < kTileRows; ++r) sources[g * kTileRows + r] = make_int2(0, perm[(g / n_blocks) * kTileRows + r]);
@@ -458,6 +465,7 @@ int run(const Options& o) {
   XSTAGE_CUDA_CHECK(cudaStreamDestroy(bg_stream));
   XSTAGE_CUDA_CHECK(cudaStreamDestroy(stream));
   const nlohmann::json doc = {{"command", command_line()}, {"date", utc_timestamp()}, {"tiles_per_cta", o.tiles}, {"h", o.h},
+                              {"rows", o.scattered ? "scattered" : "grouped"},
                               {"seed", o.seed}, {"sm_count", sms}, {"variants", variants}};
   write_json_file(o.out, doc);
   std::printf("wrote %s; %d variant(s) stored wrong data\n", o.out.c_str(), failures);

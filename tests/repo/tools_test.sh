@@ -156,23 +156,18 @@ PY
       fail "costs --background hbm_read took a bench without loaded variants"
     ! "$py" tools/moe/storer_model.py costs $h/storer_bench.json.xz > /dev/null 2>&1 ||
       fail "costs (tile end publish) took a bench without the publish tile end"
-    # The publish tile end on a bench that has it (the H100 bench's `storer` variants relabelled, with known times):
-    # R_S and T_load from its issue times as before, T_fence its 512-byte tile end, T_release 0.
-    "$py" - $h/storer_bench.json.xz "$tmp/publish.json" <<'PY'
-import json, lzma, sys
-doc = json.load(lzma.open(sys.argv[1]))
-for v in doc["variants"]:
-    if v["tile_end"] == "storer":
-        v["tile_end"] = "publish"
-        v["end_ns_per_tile_median"] = 1000.0 + v["row_bytes"]
-json.dump(doc, open(sys.argv[2], "w"))
-PY
-    run tools/moe/storer_model.py costs "$tmp/publish.json"
-    "$py" - "$tmp/stdout" <<'PY' || fail "the publish tile end's section is not T_fence = its 512-byte end, T_release 0"
+    # The publish tile ends on the bench that measured them: each section as committed beside it (T_fence the
+    # 512-byte tile end, T_release 0).
+    g=results/h100/moe/2026-12-06-gpu-scope-release/storer
+    for te in publish publish_gpu; do for bg in none hbm_read l2_read; do
+      run tools/moe/storer_model.py costs $g/storer_bench.json.xz --tile-end $te --background $bg
+      "$py" - "$tmp/stdout" $g/sections.json "$te/$bg" <<'PY' || fail "the $te/$bg section is not the one in $g/sections.json"
 import json, sys
 s = json.load(open(sys.argv[1]))["storer"]
-sys.exit(0 if s["T_fence_ns"] == 1512.0 and s["T_release_ns"] == 0.0 and s["R_S_bytes_per_ns"] > 0 and "tile end publish" in s["source"] else 1)
+want = json.load(open(sys.argv[2]))[sys.argv[3]]
+sys.exit(0 if s == want and s["T_release_ns"] == 0.0 and f"tile end {sys.argv[3].split('/')[0]}," in s["source"] else 1)
 PY
+    done; done
     ;;
   moe_power)  # the table the run printed, again from its archive
     d=$moe/run41-power-and-clock/trial-gaps

@@ -4,7 +4,8 @@ per kernel function, its local-memory spill instructions (STL, LDL) and, with --
 loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the attention
 kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that leaves one
 wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the next wait for none
-(`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma; and, for two functions (--diff),
+(`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma, and the loop's R2UR (values moved
+into uniform registers each iteration, such as wgmma descriptors computed in per-thread ones); and, for two functions (--diff),
 the opcodes by which their loops differ and how much of the two loops' opcode sequences is in the same order (the
 share of matching opcodes, 1.0 for the same sequence; two loops of the same instructions can differ there, which is
 how ptxas's schedules of the same source are told apart).
@@ -93,7 +94,8 @@ def main(argv=None):
     p.add_argument("files", nargs="+", help="executables, shared libraries or object files with sm_90a code")
     p.add_argument("--kernel", default=".", help="regular expression on the mangled function names (default: all)")
     p.add_argument("--loops", action="store_true",
-                   help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2, and both between its two waits")
+                   help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2, both between its two waits, "
+                        "and R2UR (values moved into uniform registers, e.g. wgmma descriptors ptxas could not keep there)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
     args = p.parse_args(argv)
     funcs = functions(args.files)
@@ -113,7 +115,7 @@ def main(argv=None):
                 print(f"{op}  {ca[op]}  {cb[op]}  {cb[op] - ca[op]:+d}")
         return 0
     print("function  spill_instructions" + ("  loop_instructions  loop_HGMMA  loop_MUFU.EX2  between_waits_instructions"
-                                            "  between_waits_MUFU.EX2" if args.loops else ""))
+                                            "  between_waits_MUFU.EX2  loop_R2UR" if args.loops else ""))
     for name in sorted(n for n in funcs if re.search(args.kernel, n)):
         line = f"{name}  {spills(funcs[name])}"
         if args.loops:
@@ -122,6 +124,7 @@ def main(argv=None):
             line += f"  {len(loop or [])}  {sum(v for o, v in ops.items() if o.startswith('HGMMA'))}  {ops['MUFU.EX2']}"
             between = between_waits(loop or [])
             line += f"  {between[0]}  {between[1]}" if between else "  -  -"
+            line += f"  {ops['R2UR']}"
         print(line)
     return 0
 

@@ -109,12 +109,12 @@ __device__ void storer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<C>
       if (lane == 0) rows[sw][q] = n;
       if (kMoeStats && lane == 0 && q != prm.rank) remote_bytes += static_cast<unsigned long long>(n) * cols * 2;
     }
-    // The tile is published once (docs/MOE.md, "One release per tile"): the barrier orders the other
-    // storer warps' stores and counts before warp 0's lanes, and lane q's fence.acq_rel with its relaxed add is a
-    // release of all of them to source q (the fence is cumulative; system scope when P > 1, since a source on
-    // another GPU acquires it); lane 0's add to l2_done likewise. The
-    // other warps go on to the next tile at once. The counts are double-buffered by tile: another warp writes
-    // tile j + 2's only after passing tile j + 1's barrier, which warp 0 reaches after reading tile j's.
+    // The tile is published once (docs/MOE.md, "One release per tile"): the barrier orders the other storer warps'
+    // stores and counts before warp 0's lanes, and lane q's fence.acq_rel with its relaxed add is a release of all of
+    // them to source q (the fence is cumulative; system scope when P > 1, since a source on another GPU acquires it);
+    // lane 0's add to l2_done likewise. The other warps go on to the next tile at once. The counts are double-buffered
+    // by tile: another warp writes tile j + 2's only after passing tile j + 1's barrier, which warp 0 reaches after
+    // reading tile j's.
     cutlass::arch::NamedBarrier::sync(32 * C::kStorerWarps, kStorerBarrier);
     const long long t0 = stats_clock();
     if (sw == 0 && lane < P) {

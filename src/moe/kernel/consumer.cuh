@@ -91,9 +91,11 @@ __device__ void consumer_role(const MegaMoeParams<C>& prm, MegaMoeSharedStorage<
     }
     const long long ml_start = stats_clock();
     if constexpr (!C::kFp8) {
-      // This warpgroup's rows are rows [64·wg, 64·wg + 64) of the tile. wg comes from canonical_warp_group_idx (a
-      // shuffle), which ptxas knows is the same across the warp: from tid / 128 it made the k-block loop move every
-      // wgmma descriptor into a uniform register per k-block (results/cpu/2026-12-06-moe-bf16-loop/).
+      // This warpgroup's rows are rows [64·wg, 64·wg + 64) of the tile; wg = tid / 128, the CTA's warpgroup less the
+      // first (warpgroup 0 holds the producer roles, megamoe_kernel.cuh). Taken from canonical_warp_group_idx, which
+      // ptxas knows is warp-uniform: from tid / 128 it moved every wgmma descriptor into a uniform register per k-block
+      // (docs/MOE.md, "Few rows per expert"). Written as one expression: evaluated in another order, ptxas scheduled
+      // the kernel differently.
       const bool idle = expert_rows_in_tile(smem, pr, t, cta_row0) <= 64 * (cutlass::canonical_warp_group_idx() - 1);
       if (idle) mainloop_idle<C>(pipeline, state, k_blocks, prm.wait);
       mainloop_bf16<C>(pipeline, state, mma, tCrA, tCrB, acc, idle ? 0 : k_blocks, prm.wait);

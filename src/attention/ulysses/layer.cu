@@ -48,19 +48,34 @@ void strided_row_copy(const void* src, void* dst, int n0, int n1, std::int64_t s
                 n1, src_s0 / p, src_s1 / p, dst_s0 / p, dst_s1 / p, static_cast<int>(row_bytes / p));
 }
 
-// This call's half of a rank's output window -> its output (the call counter says which half).
-__global__ void copy_out_kernel(const uint4* window, uint4* out, std::int64_t half_pieces, comm::CallEpochView calls) {
-  const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(calls.calls_done);
-  const uint4* half = window + static_cast<std::int64_t>(done & 1u) * half_pieces;
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < half_pieces; i += std::int64_t(gridDim.x) * blockDim.x)
-    out[i] = half[i];
-}
+// The end of a fused call, one kernel for every held rank: each CTA first checks, bounded, that every row of this
+// call has arrived in each held rank's window (with real ranks the fused kernel's last CTA has waited for the peers'
+// rows already; with virtual ranks every rank's fused kernel is ahead on the stream), then the CTAs copy this call's
+// half of each window (the call counter says which) to that rank's output.
+struct CopyOut {
+  int held = 0;
+  std::int64_t half_pieces = 0;  // 16-byte pieces of one window half: a rank's output
+  std::uint32_t per_call = 0;    // UlyssesShape::arrivals_per_call
+  const uint4* window[kMaxUlyssesRanks] = {};
+  uint4* out[kMaxUlyssesRanks] = {};
+  const std::uint32_t* arrived[kMaxUlyssesRanks] = {};
+  comm::CallEpochView calls[kMaxUlyssesRanks] = {};
+  comm::WaitContext wait[kMaxUlyssesRanks] = {};
+};
 
-// Virtual ranks: after every rank's fused kernel of the call, each rank's rows must all have arrived.
-__global__ void wait_arrivals_kernel(const std::uint32_t* arrived, std::uint32_t per_call, comm::CallEpochView calls,
-                                     comm::WaitContext wait) {
-  const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(calls.calls_done);
-  comm::wait_counter<true>(wait, arrived, done * per_call, static_cast<int>(UlyssesWait::arrivals), -1);
+__global__ void copy_out_kernel(CopyOut c) {
+  if (threadIdx.x == 0)
+    for (int i = 0; i < c.held; ++i) {
+      const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(c.calls[i].calls_done);
+      comm::wait_counter<true>(c.wait[i], c.arrived[i], done * c.per_call, static_cast<int>(UlyssesWait::arrivals), -1);
+    }
+  __syncthreads();
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (int i = 0; i < c.held; ++i) {
+    const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(c.calls[i].calls_done);
+    const uint4* half = c.window[i] + static_cast<std::int64_t>(done & 1u) * c.half_pieces;
+    for (std::int64_t x = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; x < c.half_pieces; x += stride) c.out[i][x] = half[x];
+  }
 }
 
 // fused_both, at the start of a call: every held rank's input arrival flags <- 0; with real ranks, then a barrier,
@@ -536,10 +551,6 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, cons
                                          r->dst, opt_.store_path, stream);
     }
   }
-  if (!rt_)
-    for (auto& r : ranks_)
-      launch_kernel(wait_arrivals_kernel, 1, 1, 0, stream, static_cast<const std::uint32_t*>(r->arrived), shape_.arrivals_per_call(),
-                    r->state.epoch_view(), r->state.wait_context());
 }
 
 // The pusher of every held rank, one kernel of `ctas` CTAs on `stream`, for items [first_item, end_item) of
@@ -618,12 +629,19 @@ void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
   XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
-  const std::int64_t half_bytes = static_cast<std::int64_t>(shape_.batch) * shape_.shard_rows() * shape_.heads * shape_.head_dim * 2;
+  CopyOut c;
+  c.held = static_cast<int>(ranks_.size());
+  c.half_pieces = static_cast<std::int64_t>(shape_.batch) * shape_.shard_rows() * shape_.heads * shape_.head_dim * 2 / 16;
+  c.per_call = shape_.arrivals_per_call();
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     XSTAGE_REQUIRE(views[i].out != nullptr, "Ulysses attention: the output must not be null");
-    launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, stream, static_cast<const uint4*>(ranks_[i]->window),
-                  static_cast<uint4*>(views[i].out), half_bytes / 16, ranks_[i]->state.epoch_view());
+    c.window[i] = static_cast<const uint4*>(ranks_[i]->window);
+    c.out[i] = static_cast<uint4*>(views[i].out);
+    c.arrived[i] = ranks_[i]->arrived;
+    c.calls[i] = ranks_[i]->state.epoch_view();
+    c.wait[i] = ranks_[i]->state.wait_context();
   }
+  launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, stream, c);
 }
 
 void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream) {

@@ -88,8 +88,10 @@ class UlyssesAttention {
   void enqueue_pre_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // Q, K, V -> head-sharded
   void enqueue_attention_local(cudaStream_t stream);   // head-sharded -> local O (the plain epilogue)
   void enqueue_post_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // local O -> out
-  void enqueue_attention_fused(cudaStream_t stream);   // head-sharded -> the owners' windows, completion waited for
-  void enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream);  // this call's window half -> out
+  // head-sharded -> the owners' windows; with real ranks the kernel ends when every peer's rows have arrived
+  void enqueue_attention_fused(cudaStream_t stream);
+  // every held rank's rows of this call checked (bounded), then each one's window half -> its out: one kernel
+  void enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream);
   // fused_both without the copy-out: the start of the call, the pusher on a side stream forked from and joined back
   // into `stream`, and the gated fused attention.
   void enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream);

@@ -305,16 +305,16 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
         // One launch of items [first_item, end_item) over `runs`, as pusher_kernel walks it.
         auto launch = [&](int first_item, int end_item, const PushRuns runs) {
           ASSERT_EQ((end_item - first_item) % order.items_per_head(), 0);
-          const std::int64_t units = order.launch_units(first_item, end_item);
+          const int units = static_cast<int>(order.launch_units(first_item, end_item));
           std::vector<int> moved(static_cast<std::size_t>(units), 0);
           for (int w = 0; w < runs.warps; ++w)
-            for (std::int64_t g = runs.first_unit(w); g < units; g += runs.cycle()) {
-              const std::int64_t run_end = std::min<std::int64_t>(g + runs.run, units);
-              for (std::int64_t x = g; x < run_end;) {
+            for (int g = static_cast<int>(runs.first_unit(w)); g < units; g += static_cast<int>(runs.cycle())) {
+              const int run_end = std::min(g + runs.run, units);
+              for (int x = g; x < run_end;) {
                 const PushOrder::Span part = order.span(first_item, x, run_end);
                 const PushItem& it = part.item;
                 ASSERT_GT(part.stop, part.first);
-                ASSERT_EQ(part.stop - part.first, std::min<std::int64_t>(3 * c.units_per_tensor(it.chunk) - part.first, run_end - x));
+                ASSERT_EQ(part.stop - part.first, std::min(3 * c.units_per_tensor(it.chunk) - part.first, run_end - x));
                 for (int u = part.first; u < part.stop; ++u) ++moved[static_cast<std::size_t>(x + u - part.first)];
                 x += part.stop - part.first;
                 if (!order.moves(it)) continue;  // as the pusher steps over what its receiver reads in place
@@ -383,6 +383,17 @@ TEST(UlyssesLayout, InPlaceRowsPushExactlyWhatStraddlingBlocksRead) {
           // Without in-place reads every own chunk is pushed.
           for (int k = 0; k < c.per_source; ++k) EXPECT_TRUE(InPlaceRows{}.pushes_own(c, r, k));
         }
+        // The pusher's test per item (PushOrder::moves, one bit of never_pushed) is this definition, for virtual
+        // ranks and for every real rank, with and without in-place reads.
+        for (int source = -1; source < P; ++source)
+          for (const InPlaceRows rows : {in_place, InPlaceRows{}}) {
+            const PushOrder order{s, c, source, 1, rows};
+            for (int i = 0; i < order.items(); ++i) {
+              const PushItem it = order.item(i);
+              ASSERT_EQ(order.moves(it), it.source != it.receiver || rows.pushes_own(c, it.receiver, it.chunk))
+                  << "P " << P << ", Ms " << Ms << ", source " << source << ", item " << i;
+            }
+          }
       }
 }
 

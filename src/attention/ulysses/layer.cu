@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "attention/flash_fwd.hpp"
@@ -125,6 +126,7 @@ __global__ void start_of_call_kernel(StartOfCall s) {
 struct Pusher {
   PushOrder order;
   int first_item = 0, end_item = 0;  // the items of this launch
+  int units = 0;                     // their units (PushOrder::launch_units; 32 bits, as the layer checked)
   int run = kPushRunAlongside;       // PushRuns::run
   const std::uint8_t* q[kMaxUlyssesRanks] = {};  // by source rank: its inputs [B][Ms][H][d] (held sources only)
   const std::uint8_t* k[kMaxUlyssesRanks] = {};
@@ -161,14 +163,15 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const std::int64_t tensor_stride = p.head_sharded_bytes / 16;
   const PushRuns runs{static_cast<int>(gridDim.x * blockDim.x / 32), p.run};
   const int warp = static_cast<int>(threadIdx.x / 32 * gridDim.x + blockIdx.x), lane = static_cast<int>(threadIdx.x % 32);
+  const int width_log2 = __ffs(width) - 1;           // a row is 8 or 16 pieces (d = 64 or 128)
   const PieceWalk walk(width);
   const PushOrder& order = p.order;
-  const std::int64_t units = order.launch_units(p.first_item, p.end_item);
+  const int units = p.units;
   std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
   std::uint32_t pending_units = 0;
-  for (std::int64_t g = runs.first_unit(warp); g < units; g += runs.cycle()) {  // each of this warp's runs
-    const std::int64_t run_end = g + p.run < units ? g + p.run : units;
-    for (std::int64_t x = g; x < run_end;) {  // the items this run crosses
+  for (int g = static_cast<int>(runs.first_unit(warp)); g < units; g += static_cast<int>(runs.cycle())) {  // this warp's runs
+    const int run_end = g + p.run < units ? g + p.run : units;
+    for (int x = g; x < run_end;) {  // the items this run crosses
       const PushOrder::Span part = order.span(p.first_item, x, run_end);
       const PushItem& it = part.item;
       const int per_tensor = c.units_per_tensor(it.chunk);
@@ -184,11 +187,11 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
       uint4* const dst0 = reinterpret_cast<uint4*>(p.inbox[it.receiver]) + ((std::int64_t{it.batch} * c.heads + it.head) * M + first_row) * width;
       std::uint32_t* const flag = p.flags[it.receiver] + c.flag(it.batch, it.head, c.in_batch(it.source, it.chunk));
       for (int u = part.first; u < part.stop; ++u) {
-        const int t = u / per_tensor, x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
+        const int t = (u >= per_tensor) + (u >= 2 * per_tensor), x0 = (u - t * per_tensor) * kPushUnitPieces + lane;
         const uint4* const src = src_of[t];
         uint4* const dst = dst0 + t * tensor_stride + x0;
         uint4 v[kPushUnroll];
-        int r = x0 / width, col = x0 - r * width;
+        int r = x0 >> width_log2, col = x0 & (width - 1);
 #pragma unroll
         for (int k = 0; k < kPushUnroll; ++k) {
           if (x0 + 32 * k < pieces) v[k] = __ldcs(src + (r * src_row + col));
@@ -398,6 +401,9 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
   const InPlaceRows in_place{b_m, tile.block_n, shape_.seqlen, shape_.shard_rows()};
   push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks), in_place};
+  XSTAGE_REQUIRE(push_order_.launch_units(0, push_order_.items()) <= std::numeric_limits<int>::max(),
+                 "Ulysses attention: fused_both's pusher counts a call's 16-byte units in 32 bits; this shape has more (" +
+                     std::to_string(push_order_.launch_units(0, push_order_.items())) + ")");
   pushed_bytes_ = count_pushed_bytes(push_order_);
   const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;
@@ -561,6 +567,7 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   p.order = push_order_;
   p.first_item = first_item;
   p.end_item = end_item;
+  p.units = static_cast<int>(push_order_.launch_units(first_item, end_item));
   p.run = run;
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     XSTAGE_REQUIRE(views[i].q != nullptr && views[i].k != nullptr && views[i].v != nullptr, "Ulysses attention: Q, K and V must not be null");

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "attention/tile_shapes.hpp"
+#include "comm/peer_map.hpp"
 #include "common/host_device.hpp"
 
 namespace xstage::attention {
@@ -200,6 +201,15 @@ struct PushOrder {
   int source = -1;           // real ranks: this rank; -1: virtual ranks (every rank is a source)
   int head_start_heads = 0;  // per set (first_wave_heads)
   InPlaceRows in_place;      // the receivers' own rows that are not pushed
+  // By receiver: its own chunks that are never pushed (InPlaceRows::read_in_place), taken once here so that the
+  // pusher's test per item (moves) is one bit rather than the divisions of pushes_own.
+  std::uint64_t never_pushed[comm::kMaxFusedOpRanks] = {};
+
+  PushOrder() = default;
+  constexpr PushOrder(const UlyssesShape& s, const InputChunks& c, int source_rank, int start_heads_per_set, const InPlaceRows& rows = {})
+      : shape(s), chunks(c), source(source_rank), head_start_heads(start_heads_per_set), in_place(rows) {
+    for (int r = 0; r < s.ranks && r < comm::kMaxFusedOpRanks; ++r) never_pushed[r] = rows.read_in_place(c, r);
+  }
 
   XSTAGE_HD constexpr int sets() const { return source < 0 ? shape.ranks : 1; }
   XSTAGE_HD constexpr int heads() const { return shape.batch * chunks.heads; }  // (batch, head)s of a set
@@ -239,6 +249,7 @@ struct PushOrder {
 
   // A launch of items [first_item, end_item) (whole blocks): its units, and the part of an item from unit x of the
   // launch up to (not past) unit run_end, which is how a warp's run crosses items (pusher_kernel walks its runs so).
+  // A call's units are counted in 32 bits (the layer refuses a shape with more: launch_units(0, items()) as 64 bits).
   XSTAGE_HD constexpr std::int64_t launch_units(int first_item, int end_item) const {
     return static_cast<std::int64_t>(end_item - first_item) / items_per_head() * units_per_block();
   }
@@ -246,18 +257,19 @@ struct PushOrder {
     PushItem item;
     int first, stop;  // its units [first, stop)
   };
-  XSTAGE_HD constexpr Span span(int first_item, std::int64_t x, std::int64_t run_end) const {
-    const int block = static_cast<int>(x / units_per_block());
-    const Position at = locate(static_cast<int>(x - static_cast<std::int64_t>(block) * units_per_block()));
-    const int stop = run_end - x < at.units - at.unit ? at.unit + static_cast<int>(run_end - x) : at.units;
+  XSTAGE_HD constexpr Span span(int first_item, int x, int run_end) const {
+    const int block = x / units_per_block();
+    const Position at = locate(x - block * units_per_block());
+    const int stop = run_end - x < at.units - at.unit ? at.unit + (run_end - x) : at.units;
     return {item(first_item + block * items_per_head() + at.rest), at.unit, stop};
   }
 
   // Whether the pusher moves item `it`: every other rank's chunk, and those of the receiver's own chunks that a
-  // straddling tile or block reads from the inbox (InPlaceRows::pushes_own). The items and their units stay numbered
-  // as if every item moved; the pusher's warps step over the units of the items that do not.
+  // straddling tile or block reads from the inbox (InPlaceRows::pushes_own; never_pushed holds the others). The items
+  // and their units stay numbered as if every item moved; the pusher's warps step over the units of the items that do
+  // not.
   XSTAGE_HD constexpr bool moves(const PushItem& it) const {
-    return it.source != it.receiver || in_place.pushes_own(chunks, it.receiver, it.chunk);
+    return it.source != it.receiver || ((never_pushed[it.receiver] >> chunks.in_batch(it.source, it.chunk)) & 1u) == 0;
   }
 
   XSTAGE_HD constexpr PushItem item(int i) const {

@@ -23,7 +23,9 @@ from . import _capi, _ops, _tensors, distributed
 
 __all__ = ["ulysses_attention", "DEFAULT_ULYSSES_PATH"]
 
-# The path ulysses_attention takes when none is given, and the diffusers backend's.
+# The path ulysses_attention takes when none is given, and the diffusers backend's. fused_both measures faster on one
+# GPU with virtual ranks (docs/ATTENTION.md), but its remote pushes have not run across NVLink yet: the default stays
+# the path that has.
 DEFAULT_ULYSSES_PATH = "fused_post"
 
 _OP = "xstage.ulysses_attention"

@@ -428,7 +428,7 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
     r->inputs.system_scope = rt != nullptr;
     r->inputs.rank = r->rank;
     r->inputs.in_place = in_place;
-    r->inputs.in_place_chunks = in_place.read_in_place(chunks_, r->rank);
+    r->inputs.in_place_chunks = push_order_.never_pushed[r->rank];  // the pusher steps over exactly these
   }
   side_ = std::make_unique<SideStream>();
   XSTAGE_CUDA_CHECK(cudaDeviceSynchronize());

@@ -23,7 +23,7 @@
 // of the grid advances the call counter (comm/device/call_epoch.cuh) and, with real ranks, waits (bounded) until
 // its own counter holds every rank's rows of this call, so the kernel's completion means the output is
 // there. With virtual ranks (one process and one GPU holding all P ranks' buffers, for tests) the ranks'
-// kernels run one after another, so that wait is a separate kernel after all of them (ulysses/layer.cu).
+// kernels run one after another, so that wait is made by the copy-out kernel after all of them (ulysses/layer.cu).
 #pragma once
 
 #include <cute/tensor.hpp>

@@ -32,7 +32,7 @@ struct AllToAllDestinations {
   std::uint32_t* arrived[kMaxUlyssesRanks] = {};  // rank j's arrival counter (row-heads, monotone)
   comm::CallEpochView calls;
   comm::WaitContext wait;
-  bool wait_for_arrivals = true;  // false for virtual ranks (a separate kernel waits)
+  bool wait_for_arrivals = true;  // false for virtual ranks (the copy-out kernel after every rank's waits)
 };
 
 // The input chunks the attention kernel waits for before each TMA load of Q, K and V (fused_both): flags[i] counts

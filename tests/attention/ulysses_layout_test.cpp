@@ -308,7 +308,7 @@ TEST(UlyssesLayout, PushUnitsReachEachFlagsTarget) {
           const int units = static_cast<int>(order.launch_units(first_item, end_item));
           std::vector<int> moved(static_cast<std::size_t>(units), 0);
           for (int w = 0; w < runs.warps; ++w)
-            for (int g = static_cast<int>(runs.first_unit(w)); g < units; g += static_cast<int>(runs.cycle())) {
+            for (int g = runs.first_unit(w); g < units; g += runs.cycle()) {
               const int run_end = std::min(g + runs.run, units);
               for (int x = g; x < run_end;) {
                 const PushOrder::Span part = order.span(first_item, x, run_end);

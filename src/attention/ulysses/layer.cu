@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
   const int units = p.units;
   std::uint32_t* pending = nullptr;  // the flag of the item this warp stored into last, not yet signalled
   std::uint32_t pending_units = 0;
-  for (int g = static_cast<int>(runs.first_unit(warp)); g < units; g += static_cast<int>(runs.cycle())) {  // this warp's runs
+  for (int g = runs.first_unit(warp); g < units; g += runs.cycle()) {  // this warp's runs
     const int run_end = g + p.run < units ? g + p.run : units;
     for (int x = g; x < run_end;) {  // the items this run crosses
       const PushOrder::Span part = order.span(p.first_item, x, run_end);
@@ -401,9 +401,9 @@ void UlyssesAttention::allocate(comm::Runtime* rt) {
   const int ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms - push_ctas_));
   const InPlaceRows in_place{b_m, tile.block_n, shape_.seqlen, shape_.shard_rows()};
   push_order_ = PushOrder{shape_, chunks_, rt ? rt->rank() : -1, first_wave_heads(ctas, m_blocks), in_place};
-  XSTAGE_REQUIRE(push_order_.launch_units(0, push_order_.items()) <= std::numeric_limits<int>::max(),
-                 "Ulysses attention: fused_both's pusher counts a call's 16-byte units in 32 bits; this shape has more (" +
-                     std::to_string(push_order_.launch_units(0, push_order_.items())) + ")");
+  XSTAGE_REQUIRE(push_order_.launch_units(0, push_order_.items()) <= std::numeric_limits<int>::max() / 2,
+                 "Ulysses attention: fused_both's pusher counts a call's 16-byte units in 32 bits (at most about 2^30); this shape has " +
+                     std::to_string(push_order_.launch_units(0, push_order_.items())));
   pushed_bytes_ = count_pushed_bytes(push_order_);
   const std::int64_t flag_bytes = chunks_.flags(shape_.batch) * std::int64_t{4}, start_offset = 3 * head_sharded + flag_bytes,
                      inbox_total = start_offset + shape_.ranks * 4;

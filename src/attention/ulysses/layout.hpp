@@ -249,7 +249,8 @@ struct PushOrder {
 
   // A launch of items [first_item, end_item) (whole blocks): its units, and the part of an item from unit x of the
   // launch up to (not past) unit run_end, which is how a warp's run crosses items (pusher_kernel walks its runs so).
-  // A call's units are counted in 32 bits (the layer refuses a shape with more: launch_units(0, items()) as 64 bits).
+  // A call's units are counted in 32 bits (the layer refuses a shape with more than half of that, so that a warp's next
+  // run never overflows: launch_units(0, items()) as 64 bits).
   XSTAGE_HD constexpr std::int64_t launch_units(int first_item, int end_item) const {
     return static_cast<std::int64_t>(end_item - first_item) / items_per_head() * units_per_block();
   }
@@ -311,8 +312,8 @@ struct PushRuns {
   int warps = 1;
   int run = kPushRunAlongside;
 
-  XSTAGE_HD constexpr std::int64_t cycle() const { return static_cast<std::int64_t>(run) * warps; }
-  XSTAGE_HD constexpr std::int64_t first_unit(int warp) const { return static_cast<std::int64_t>(warp) * run; }
+  XSTAGE_HD constexpr int cycle() const { return run * warps; }
+  XSTAGE_HD constexpr int first_unit(int warp) const { return warp * run; }
 };
 
 // The pusher's CTAs (SMs), 1 to kMaxPushCtas, for the attention kernel of the layer (head_dim, batch x local heads,

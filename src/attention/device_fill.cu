@@ -2,7 +2,13 @@
 
 #include <cuda_bf16.h>
 
+#include <string>
+
 #include "common/cuda_check.hpp"
+#include "common/device_clock.cuh"
+#include "common/device_facts.hpp"
+#include "common/error.hpp"
+#include "common/grid_dependency.cuh"
 #include "common/launch.cuh"
 
 namespace xstage::attention {
@@ -30,6 +36,24 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
   }
 }
 
+struct LateCopies {
+  int count = 0;
+  uint16_t* dst[kMaxLateCopies] = {};
+  const uint16_t* src[kMaxLateCopies] = {};
+  int64_t words[kMaxLateCopies] = {};
+};
+
+// One CTA per SM, all resident at once, so that each lets the next kernel start before any of them writes.
+__global__ void copy_u16_late_kernel(LateCopies c, uint64_t delay_ns) {
+  allow_dependent_grids();
+  const uint64_t t0 = global_timer_ns();
+  while (global_timer_ns() - t0 < delay_ns) {
+  }
+  for (int k = 0; k < c.count; ++k)
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < c.words[k]; i += int64_t(gridDim.x) * blockDim.x)
+      c.dst[k][i] = c.src[k][i];
+}
+
 __global__ void count_differing_u16_kernel(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* count) {
   unsigned long long local = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) local += a[i] != b[i];
@@ -53,6 +77,17 @@ void fill_u16(void* dst, int64_t n, uint16_t bits, cudaStream_t stream) {
 
 void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream) {
   launch_kernel(fill_kernel<float>, grid_for(n), 256, 0, stream, dst, n, value);
+}
+
+void copy_u16_late(const std::vector<LateCopy>& copies, int delay_us, cudaStream_t stream) {
+  XSTAGE_REQUIRE(copies.size() <= kMaxLateCopies, "copy_u16_late: at most " + std::to_string(kMaxLateCopies) + " copies per kernel");
+  LateCopies c;
+  for (const LateCopy& x : copies) {
+    c.dst[c.count] = static_cast<uint16_t*>(x.dst);
+    c.src[c.count] = static_cast<const uint16_t*>(x.src);
+    c.words[c.count++] = x.words;
+  }
+  launch_kernel(copy_u16_late_kernel, current_device_facts().sm_count, 256, 0, stream, c, uint64_t(delay_us) * 1000u);
 }
 
 void count_differing_u16(const void* a, const void* b, int64_t n, unsigned long long* count, cudaStream_t stream) {

@@ -58,6 +58,9 @@ struct EpilogueAllToAll {
   using TmaStoreO = TmaStoreOBmhd<Config>;
   struct NoTma {};
   using Descriptors = std::conditional_t<kPath == A2AStorePath::tma, TmaStoreO, NoTma>;
+  // With real ranks its last CTA waits for the peers' rows, and its mainloop may wait for arriving inputs (fused_both):
+  // the kernel leaves the next one's start to its exit (common/grid_dependency.cuh).
+  static constexpr bool kWaitsForOtherGrids = true;
 
   struct Params {
     AllToAllDestinations dst;

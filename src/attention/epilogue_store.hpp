@@ -35,6 +35,8 @@ struct EpilogueStoreTma {
   using TileShapeO = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
 
   using TmaStoreO = TmaStoreOBmhd<Config>;
+  // Its CTAs wait for no other grid: the kernel lets the next one start early (common/grid_dependency.cuh).
+  static constexpr bool kWaitsForOtherGrids = false;
 
   struct Params {
     TmaStoreO tma_o;

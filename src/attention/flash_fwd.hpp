@@ -28,7 +28,10 @@ void flash_attention_forward(FlashFwdArgs const& args, DeviceFacts const& device
 // ([batch, M, H/P, d]: args.problem.heads = H/P, args.o and args.lse unused), each finished output tile
 // stored into the output window of the rank that owns its rows, by `path`. With `inputs` set, Q, K and V are
 // still arriving: the kernel waits for each input chunk before it loads its rows (the fused_both path of
-// ulysses/layer.hpp). Validates `args` against `dst.shape`, then launches on `stream`.
+// ulysses/layer.hpp). Validates `args` against `dst.shape`, then launches on `stream`, to start early: the kernel may
+// be scheduled while the kernel before it on the stream finishes, and waits for that kernel before it touches memory
+// (common/grid_dependency.cuh). flash_attention_forward launches as usual, so that its timings compare with other
+// libraries' kernels; from its last tiles on it lets a following kernel that starts early take the SMs it frees.
 void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestinations const& dst, A2AStorePath path,
                                         cudaStream_t stream, InputArrivals const& inputs = {});
 

@@ -9,7 +9,8 @@
 namespace xstage::attention::detail {
 
 // One store path's epilogue: fused_both's kernel (its rank's own rows read in place) or fused_post's, two kernels so
-// that fused_post's carries none of that path.
+// that fused_post's carries none of that path. Launched to start early: it is a link of the Ulysses layer's chain of
+// kernels (ulysses/layer.cu).
 template <FwdTileConfigId kId, template <class> class Epilogue>
 void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, InputArrivals const& inputs, DeviceFacts const& device,
                           cudaStream_t stream) {
@@ -17,10 +18,11 @@ void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& 
   const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
   const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
   const typename Epilogue<Config>::Params epilogue = Epilogue<Config>::make_params(args, dst);
+  constexpr LaunchOptions kEarlyStart{.early_start = true};
   if (inputs.own_q != nullptr)
-    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue, true>>(args, epilogue, stride, device, stream, inputs);
+    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue, true>>(args, epilogue, stride, device, stream, inputs, kEarlyStart);
   else
-    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue>>(args, epilogue, stride, device, stream, inputs);
+    launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue>>(args, epilogue, stride, device, stream, inputs, kEarlyStart);
 }
 
 template <FwdTileConfigId kId>

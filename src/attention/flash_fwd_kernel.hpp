@@ -14,6 +14,7 @@
 #include "attention/named_barriers.hpp"
 #include "attention/softmax.hpp"
 #include "attention/tile_scheduler.hpp"
+#include "common/grid_dependency.cuh"
 
 namespace xstage::attention {
 
@@ -61,6 +62,8 @@ struct FlashFwdKernel {
     PipelineKV pipeline_k(smem.mainloop.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
     PipelineKV pipeline_v(smem.mainloop.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
     __syncthreads();  // barrier initialisation visible to every thread (and to the TMA unit)
+    // Launched to start early (the fused kernels in the Ulysses layer's chain): the kernels before have finished.
+    wait_for_prior_grids();
 
     const Scheduler& scheduler = params.scheduler;
     if (is_producer) {
@@ -73,6 +76,9 @@ struct FlashFwdKernel {
 #pragma unroll 1
         for (int tile = scheduler.first_tile(blockIdx.x); scheduler.valid(tile);
              tile = scheduler.next_tile(tile, gridDim.x), ++iteration) {
+          // From every CTA's last tile on, the next kernel's CTAs may take the SMs this one's finished CTAs leave.
+          if constexpr (!Epilogue::kWaitsForOtherGrids)
+            if (!scheduler.valid(scheduler.next_tile(tile, gridDim.x))) allow_dependent_grids();
           Mainloop::load(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state,
                          scheduler.coord(tile), iteration, input_waits);
         }

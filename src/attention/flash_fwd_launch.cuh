@@ -18,10 +18,12 @@ namespace xstage::attention::detail {
 
 // `m_block_stride`: the tile scheduler's m-block order (1: in order; tile_scheduler.hpp). `device`: the current one.
 // With `inputs` set (inputs that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the
-// inputs' pusher leaves.
+// inputs' pusher leaves. `options.early_start`: the kernel may start while the one before it finishes (it waits for
+// it before its first load; common/grid_dependency.cuh).
 template <class Kernel>
 void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
-                             DeviceFacts const& device, cudaStream_t stream, InputArrivals const& inputs = {}) {
+                             DeviceFacts const& device, cudaStream_t stream, InputArrivals const& inputs = {},
+                             LaunchOptions options = {}) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
   const bool arrival_order = inputs.flags != nullptr;
@@ -36,7 +38,7 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes, device);
 
   const int grid = StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count - inputs.reserved_sms);
-  launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, stream, params);
+  launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, options, stream, params);
 }
 
 template <class Kernel>

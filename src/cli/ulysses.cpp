@@ -53,6 +53,7 @@ using attention::UlyssesShape;
 using attention::UlyssesViews;
 
 constexpr double kMaxRelativeError = 1e-2;  // serial path against the fp32 reference of the whole sequence
+constexpr int kLateInputsUs = 20;            // how late the inputs are put back before each checked call
 constexpr const char* kDefaultPlatform = "platforms/h200_nvlink4.json";
 
 struct UlyssesArgs {
@@ -194,8 +195,24 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
   }
   std::vector<DeviceBuffer> fused_outs;
   for (int i = 0; i < h.layer->held_ranks(); ++i) fused_outs.emplace_back(shard_elems * 2);
+  // Before every call the inputs are poisoned, then put back by a kernel that lets the call's first kernel start at
+  // once and writes late (the layer's kernels start early, common/grid_dependency.cuh): a call whose kernels read
+  // them before waiting for the work before them differs.
+  std::vector<DeviceBuffer> pristine;
+  std::vector<attention::LateCopy> put_back;
+  for (int i = 0; i < h.layer->held_ranks(); ++i)
+    for (DeviceBuffer* t : {&h.tensors[i].q, &h.tensors[i].k, &h.tensors[i].v}) {
+      pristine.emplace_back(shard_elems * 2);
+      XSTAGE_CUDA_CHECK(cudaMemcpyAsync(pristine.back().get(), t->get(), shard_elems * 2, cudaMemcpyDeviceToDevice, stream));
+      put_back.push_back({t->get(), pristine.back().get(), shard_elems});
+    }
+  const auto inputs_arrive_late = [&] {
+    for (const attention::LateCopy& c : put_back) attention::fill_u16(c.dst, c.words, 0xFFFF, stream);
+    attention::copy_u16_late(put_back, kLateInputsUs, stream);
+  };
 
   // Serial, against the reference of the whole sequence.
+  inputs_arrive_late();
   h.layer->enqueue(views_of(h, false, fused_outs), UlyssesPath::serial, stream);
   XSTAGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   h.layer->poll();
@@ -221,9 +238,8 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
     res.rel_l2 = std::max(res.rel_l2, std::sqrt(e2 / std::max(r2, 1e-30)));
   }
 
-  // Each fused path by each store path, `launches` times: the output poisoned before every call, compared word for
-  // word with the serial output on the device (no host round trip between calls). fused_post's pre-attention
-  // exchange runs once (its kernel alone is repeated); fused_both's whole call is repeated, pushes included.
+  // Each fused path by each store path, `launches` whole calls: the output poisoned and the inputs put back late
+  // before every call, compared word for word with the serial output on the device (no host round trip between calls).
   DeviceBuffer differences(sizeof(unsigned long long));
   res.passed = res.rel_l2 <= kMaxRelativeError;
   for (UlyssesPath fused_path : fused_paths)
@@ -234,15 +250,10 @@ CheckResult run_check_shape(const CheckShape& cs, int P, comm::Runtime* rt, cons
       std::unique_ptr<UlyssesAttention> fused = rt ? std::make_unique<UlyssesAttention>(s, *rt, fo) : std::make_unique<UlyssesAttention>(s, fo);
       XSTAGE_CUDA_CHECK(cudaMemsetAsync(differences.get(), 0, differences.bytes(), stream));
       const auto views = views_of(h, true, fused_outs);
-      if (fused_path == UlyssesPath::fused_post) fused->enqueue_pre_all_to_all(views, stream);
       for (int launch = 0; launch < args.launches; ++launch) {
         for (auto& o : fused_outs) attention::fill_u16(o.get(), shard_elems, 0xFFFF, stream);
-        if (fused_path == UlyssesPath::fused_post) {
-          fused->enqueue_attention_fused(stream);
-          fused->enqueue_copy_out(views, stream);
-        } else {
-          fused->enqueue(views, fused_path, stream);
-        }
+        inputs_arrive_late();
+        fused->enqueue(views, fused_path, stream);
         for (int i = 0; i < fused->held_ranks(); ++i)
           attention::count_differing_u16(fused_outs[i].get(), h.tensors[i].out.get(), shard_elems, differences.get<unsigned long long>(),
                                          stream);

@@ -17,6 +17,9 @@ namespace xstage {
 struct LaunchOptions {
   unsigned cluster_x = 1;    // thread-block clusters of this many CTAs along x (1: no clusters)
   bool cooperative = false;  // every CTA resident at once (they wait on each other): the launch fails instead of hanging
+  // Programmatic dependent launch: the kernel may start while the kernel before it on the stream still runs, and
+  // must call wait_for_prior_grids() before it touches memory earlier work writes or reads (common/grid_dependency.cuh).
+  bool early_start = false;
 };
 
 template <class... KernelArgs, class... Args>
@@ -27,7 +30,7 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::si
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attrs[2] = {};
+  cudaLaunchAttribute attrs[3] = {};
   unsigned n = 0;
   if (options.cooperative) {
     attrs[n].id = cudaLaunchAttributeCooperative;
@@ -38,6 +41,10 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::si
     attrs[n].val.clusterDim.x = options.cluster_x;
     attrs[n].val.clusterDim.y = 1;
     attrs[n++].val.clusterDim.z = 1;
+  }
+  if (options.early_start) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
   config.attrs = attrs;
   config.numAttrs = n;

@@ -12,6 +12,7 @@
 #include "common/cuda_check.hpp"
 #include "common/device_facts.hpp"
 #include "common/error.hpp"
+#include "common/grid_dependency.cuh"
 #include "common/launch.cuh"
 #include "common/nccl_check.hpp"
 #include "comm/device/ptx.cuh"
@@ -29,10 +30,19 @@ std::int64_t head_sharded_bytes(const UlyssesShape& s) {
 constexpr int kCopyThreads = 256;
 int copy_blocks() { return current_device_facts().sm_count * 4; }
 
+// The kernels of a call follow each other on the caller's stream, each launched to start early (common/
+// grid_dependency.cuh): while the one before it finishes, the next is launched and its CTAs set up on the SMs freed.
+// Each waits for the kernels before it, then lets the next one start; the fused attention kernels, which wait for
+// other grids, let it start at their exit. fused_both's pusher beside the attention kernels, on a stream of its own, is
+// launched as usual.
+constexpr LaunchOptions kChained{.early_start = true};
+
 // dst row (i0, i1) <- src row (i0, i1), `row_pieces` 16-byte pieces each, rows at the given strides (in 16-byte
 // pieces): every layout change of the layer is one of these (split/merge heads, split/merge sequence).
 __global__ void strided_row_copy_kernel(const uint4* src, uint4* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1,
                                         std::int64_t dst_s0, std::int64_t dst_s1, int row_pieces) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const std::int64_t total = static_cast<std::int64_t>(n0) * n1 * row_pieces;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
     const int piece = static_cast<int>(i % row_pieces);
@@ -45,7 +55,7 @@ __global__ void strided_row_copy_kernel(const uint4* src, uint4* dst, int n0, in
 void strided_row_copy(const void* src, void* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1, std::int64_t dst_s0,
                       std::int64_t dst_s1, std::int64_t row_bytes, cudaStream_t stream) {
   const std::int64_t p = 16;
-  launch_kernel(strided_row_copy_kernel, copy_blocks(), kCopyThreads, 0, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
+  launch_kernel(strided_row_copy_kernel, copy_blocks(), kCopyThreads, 0, kChained, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
                 n1, src_s0 / p, src_s1 / p, dst_s0 / p, dst_s1 / p, static_cast<int>(row_bytes / p));
 }
 
@@ -65,12 +75,14 @@ struct CopyOut {
 };
 
 __global__ void copy_out_kernel(CopyOut c) {
+  wait_for_prior_grids();
   if (threadIdx.x == 0)
     for (int i = 0; i < c.held; ++i) {
       const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(c.calls[i].calls_done);
       comm::wait_counter<true>(c.wait[i], c.arrived[i], done * c.per_call, static_cast<int>(UlyssesWait::arrivals), -1);
     }
   __syncthreads();
+  allow_dependent_grids();
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (int i = 0; i < c.held; ++i) {
     const std::uint32_t done = *static_cast<const volatile std::uint32_t*>(c.calls[i].calls_done);
@@ -93,6 +105,8 @@ struct StartOfCall {
 
 constexpr int kStartThreads = 128;
 __global__ void start_of_call_kernel(StartOfCall s) {
+  wait_for_prior_grids();
+  allow_dependent_grids();  // its barrier waits only for the peers' start kernels, on their own GPUs
   for (int i = 0; i < s.held; ++i)
     for (int f = threadIdx.x; f < s.flags_per_rank; f += blockDim.x) s.flags[i][f] = 0u;
   __syncthreads();
@@ -155,6 +169,8 @@ __device__ __forceinline__ void push_signal(std::uint32_t* flag, std::uint32_t u
 }
 
 __global__ void __launch_bounds__(kPushThreads) pusher_kernel(Pusher p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const UlyssesShape& s = p.order.shape;
   const InputChunks& c = p.order.chunks;
   const std::int64_t Ms = s.shard_rows(), M = s.seqlen;
@@ -541,7 +557,7 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, cons
     if (inputs != nullptr) {
       const int set = rt_ ? 0 : static_cast<int>(i);
       enqueue_pusher(*inputs, push_order_.head_start_first(set), push_order_.head_start_first(set + 1), current_device_facts().sm_count,
-                     kPushRunHeadStart, stream);
+                     kPushRunHeadStart, true, stream);
       // This call's own rows, read where they lie: the rank's heads of its sequence-sharded [B][Ms][H][d] input.
       InputArrivals arrivals = r->inputs;
       const std::int64_t own_head = std::int64_t{shape_.global_head(r->rank, 0)} * shape_.head_dim * 2;
@@ -560,9 +576,9 @@ void UlyssesAttention::enqueue_attention_fused_kernels(cudaStream_t stream, cons
 }
 
 // The pusher of every held rank, one kernel of `ctas` CTAs on `stream`, for items [first_item, end_item) of
-// ulysses/layout.hpp's PushOrder, in runs of `run` units per warp.
+// ulysses/layout.hpp's PushOrder, in runs of `run` units per warp; `chained`: a link of the call's chain of kernels.
 void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, int first_item, int end_item, int ctas, int run,
-                                      cudaStream_t stream) {
+                                      bool chained, cudaStream_t stream) {
   Pusher p;
   p.order = push_order_;
   p.first_item = first_item;
@@ -584,7 +600,7 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   }
   p.head_sharded_bytes = head_sharded_bytes(shape_);
   p.system_scope = rt_ != nullptr;
-  if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, stream, p);
+  if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, chained ? kChained : LaunchOptions{}, stream, p);
 }
 
 
@@ -605,7 +621,7 @@ void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
     start.ranks.rank = me.rank;
     start.ranks.world = shape_.ranks;
   }
-  launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, stream, start);
+  launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, kChained, stream, start);
 }
 
 void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
@@ -617,7 +633,7 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork, 0));
   // Beside the attention kernels, on the SMs they leave: everything but the head starts, which run on every SM each
   // before its kernel.
-  enqueue_pusher(views, push_order_.head_starts_end(), push_order_.items(), push_ctas_, kPushRunAlongside, side_->stream);
+  enqueue_pusher(views, push_order_.head_starts_end(), push_order_.items(), push_ctas_, kPushRunAlongside, false, side_->stream);
   enqueue_attention_fused_kernels(stream, &views);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
   XSTAGE_CUDA_CHECK(cudaStreamWaitEvent(stream, side_->join, 0));
@@ -631,7 +647,7 @@ void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views
   XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the pusher alone runs with virtual ranks only");
   poll();
   enqueue_start_of_call(stream);
-  enqueue_pusher(views, 0, push_order_.items(), push_ctas_, kPushRunAlongside, stream);
+  enqueue_pusher(views, 0, push_order_.items(), push_ctas_, kPushRunAlongside, true, stream);
 }
 
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
@@ -648,7 +664,7 @@ void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, 
     c.calls[i] = ranks_[i]->state.epoch_view();
     c.wait[i] = ranks_[i]->state.wait_context();
   }
-  launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, stream, c);
+  launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, kChained, stream, c);
 }
 
 void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream) {

@@ -120,7 +120,8 @@ class UlyssesAttention {
   void allocate(comm::Runtime* rt);
   void enqueue_attention_fused_kernels(cudaStream_t stream, const std::vector<UlyssesViews>* inputs);
   void enqueue_start_of_call(cudaStream_t stream);  // fused_both: flags reset, with real ranks a barrier
-  void enqueue_pusher(const std::vector<UlyssesViews>& views, int first_item, int end_item, int ctas, int run, cudaStream_t stream);
+  void enqueue_pusher(const std::vector<UlyssesViews>& views, int first_item, int end_item, int ctas, int run, bool chained,
+                      cudaStream_t stream);
   void exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes_per_peer,
                 cudaStream_t stream);
 

@@ -18,7 +18,6 @@ void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& 
   const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
   const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
   const typename Epilogue<Config>::Params epilogue = Epilogue<Config>::make_params(args, dst);
-  constexpr LaunchOptions kEarlyStart{.early_start = true};
   if (inputs.own_q != nullptr)
     launch_flash_fwd_kernel<FlashFwdKernel<Config, Epilogue, true>>(args, epilogue, stride, device, stream, inputs, kEarlyStart);
   else

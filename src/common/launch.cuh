@@ -22,6 +22,9 @@ struct LaunchOptions {
   bool early_start = false;
 };
 
+// The launch of a kernel that may start early (it calls wait_for_prior_grids() first).
+inline constexpr LaunchOptions kEarlyStart{.early_start = true};
+
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem_bytes, LaunchOptions options,
                    cudaStream_t stream, Args&&... args) {

@@ -35,7 +35,6 @@ int copy_blocks() { return current_device_facts().sm_count * 4; }
 // Each waits for the kernels before it, then lets the next one start; the fused attention kernels, which wait for
 // other grids, let it start at their exit. fused_both's pusher beside the attention kernels, on a stream of its own, is
 // launched as usual.
-constexpr LaunchOptions kChained{.early_start = true};
 
 // dst row (i0, i1) <- src row (i0, i1), `row_pieces` 16-byte pieces each, rows at the given strides (in 16-byte
 // pieces): every layout change of the layer is one of these (split/merge heads, split/merge sequence).
@@ -55,7 +54,7 @@ __global__ void strided_row_copy_kernel(const uint4* src, uint4* dst, int n0, in
 void strided_row_copy(const void* src, void* dst, int n0, int n1, std::int64_t src_s0, std::int64_t src_s1, std::int64_t dst_s0,
                       std::int64_t dst_s1, std::int64_t row_bytes, cudaStream_t stream) {
   const std::int64_t p = 16;
-  launch_kernel(strided_row_copy_kernel, copy_blocks(), kCopyThreads, 0, kChained, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
+  launch_kernel(strided_row_copy_kernel, copy_blocks(), kCopyThreads, 0, kEarlyStart, stream, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n0,
                 n1, src_s0 / p, src_s1 / p, dst_s0 / p, dst_s1 / p, static_cast<int>(row_bytes / p));
 }
 
@@ -600,7 +599,7 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   }
   p.head_sharded_bytes = head_sharded_bytes(shape_);
   p.system_scope = rt_ != nullptr;
-  if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, chained ? kChained : LaunchOptions{}, stream, p);
+  if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, chained ? kEarlyStart : LaunchOptions{}, stream, p);
 }
 
 
@@ -621,7 +620,7 @@ void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
     start.ranks.rank = me.rank;
     start.ranks.world = shape_.ranks;
   }
-  launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, kChained, stream, start);
+  launch_kernel(start_of_call_kernel, 1, kStartThreads, 0, kEarlyStart, stream, start);
 }
 
 void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
@@ -664,7 +663,7 @@ void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, 
     c.calls[i] = ranks_[i]->state.epoch_view();
     c.wait[i] = ranks_[i]->state.wait_context();
   }
-  launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, kChained, stream, c);
+  launch_kernel(copy_out_kernel, copy_blocks(), kCopyThreads, 0, kEarlyStart, stream, c);
 }
 
 void UlyssesAttention::enqueue(const std::vector<UlyssesViews>& views, UlyssesPath path, cudaStream_t stream) {

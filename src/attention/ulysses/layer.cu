@@ -30,11 +30,11 @@ std::int64_t head_sharded_bytes(const UlyssesShape& s) {
 constexpr int kCopyThreads = 256;
 int copy_blocks() { return current_device_facts().sm_count * 4; }
 
-// The kernels of a call follow each other on the caller's stream, each launched to start early (common/
-// grid_dependency.cuh): while the one before it finishes, the next is launched and its CTAs set up on the SMs freed.
-// Each waits for the kernels before it, then lets the next one start; the fused attention kernels, which wait for
-// other grids, let it start at their exit. fused_both's pusher beside the attention kernels, on a stream of its own, is
-// launched as usual.
+// The kernels of a call follow each other on the caller's stream, each launched with kEarlyStart (common/launch.cuh,
+// common/grid_dependency.cuh): while the one before it finishes, the next is launched and its CTAs set up on the SMs
+// freed. Each waits for the kernels before it, then lets the next one start; the fused attention kernels, which wait
+// for other grids, let it start at their exit. fused_both's pusher beside the attention kernels, on a stream of its
+// own, is launched as usual.
 
 // dst row (i0, i1) <- src row (i0, i1), `row_pieces` 16-byte pieces each, rows at the given strides (in 16-byte
 // pieces): every layout change of the layer is one of these (split/merge heads, split/merge sequence).
@@ -601,8 +601,6 @@ void UlyssesAttention::enqueue_pusher(const std::vector<UlyssesViews>& views, in
   p.system_scope = rt_ != nullptr;
   if (first_item < end_item) launch_kernel(pusher_kernel, ctas, kPushThreads, 0, chained ? kEarlyStart : LaunchOptions{}, stream, p);
 }
-
-
 
 void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
   StartOfCall start;

@@ -203,6 +203,9 @@ assert s.same_order(body, body) == 1.0
 swapped = body[:2] + [body[3], body[2]] + body[4:]   # the same instructions, two of them in the other order
 assert abs(s.same_order(body, swapped) - 10 / 12) < 1e-12, s.same_order(body, swapped)
 assert s.same_order(body, ["NOP"]) == 0.0
+before = {"k0": insns, "other": [(0x10, "NOP")]}
+changed = insns[:-1] + [(0x90, "@!P0 BRA 0x30")]      # one branch target differs
+assert s.same_code(before, {"k5": list(insns), "k6": changed, "k7": []}) == {"k5": "k0", "k6": None, "k7": None}
 ' || fail "sass_stats on a made-up listing" ;;
   timing)  # the benches' balanced turn order: every unit follows every other equally often (the CLI's rows too)
     PYTHONPATH=tools "$py" -c '

@@ -8,11 +8,14 @@ wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V runn
 into uniform registers each iteration, such as wgmma descriptors computed in per-thread ones); and, for two functions (--diff),
 the opcodes by which their loops differ and how much of the two loops' opcode sequences is in the same order (the
 share of matching opcodes, 1.0 for the same sequence; two loops of the same instructions can differ there, which is
-how ptxas's schedules of the same source are told apart).
+how ptxas's schedules of the same source are told apart); and, against another build (--same), which of the
+functions compile to exactly the instructions of one of that build's functions (a refactor that must not change the
+code: template arguments renamed, a value moved to another place of the source).
 
     python3 tools/kernels/sass_stats.py build/xstage --kernel megamoe_kernel
     python3 tools/kernels/sass_stats.py build/xstage --kernel flash_fwd_sm90_kernel --loops
     python3 tools/kernels/sass_stats.py build/xstage --diff 'ILi64ELi128.*EpilogueStoreTma' 'ILi64ELi128.*EpilogueAllToAllTma'
+    python3 tools/kernels/sass_stats.py build/xstage --same before/xstage --kernel flash_fwd_sm90_kernel
 
 Function names are printed mangled (they name the template arguments exactly); --kernel and --diff take regular
 expressions on them.
@@ -82,6 +85,15 @@ def same_order(a, b):
     return difflib.SequenceMatcher(None, [opcode(x) for x in a], [opcode(x) for x in b], autojunk=False).ratio()
 
 
+def same_code(before, after):
+    """-> {name in `after`: the name of a function in `before` with exactly its instructions, or None}. Branch targets
+    are function-relative, so the same code at another address compares equal."""
+    by_code = {}
+    for name, insns in sorted(before.items()):
+        by_code.setdefault(tuple(i for _, i in insns), name)
+    return {name: by_code.get(tuple(i for _, i in insns)) for name, insns in after.items()}
+
+
 def pick(funcs, pattern):
     names = [n for n in funcs if re.search(pattern, n)]
     if len(names) != 1:
@@ -97,8 +109,18 @@ def main(argv=None):
                    help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2, both between its two waits, "
                         "and R2UR (values moved into uniform registers, e.g. wgmma descriptors ptxas could not keep there)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
+    p.add_argument("--same", metavar="BEFORE",
+                   help="another build: for each function, the one of BEFORE's with exactly its instructions ('-': none)")
     args = p.parse_args(argv)
     funcs = functions(args.files)
+    if args.same:
+        names = sorted(n for n in funcs if re.search(args.kernel, n))
+        match = same_code(functions([args.same]), {n: funcs[n] for n in names})
+        print("function  instructions  same_as_in_before")
+        for name in names:
+            print(f"{name}  {len(funcs[name])}  {match[name] or '-'}")
+        print(f"{sum(1 for n in names if match[n])} of {len(names)} functions have the same instructions as one in {args.same}")
+        return 0
     if args.diff:
         loops = []
         for pattern in args.diff:

@@ -108,9 +108,10 @@ def main(argv=None):
     p.add_argument("--loops", action="store_true",
                    help="also each function's wgmma loop: instructions, HGMMA, MUFU.EX2, both between its two waits, "
                         "and R2UR (values moved into uniform registers, e.g. wgmma descriptors ptxas could not keep there)")
-    p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
-    p.add_argument("--same", metavar="BEFORE",
-                   help="another build: for each function, the one of BEFORE's with exactly its instructions ('-': none)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--diff", nargs=2, metavar=("A", "B"), help="the opcodes by which two functions' wgmma loops differ")
+    mode.add_argument("--same", metavar="BEFORE",
+                      help="another build: for each function, the one of BEFORE's with exactly its instructions ('-': none)")
     args = p.parse_args(argv)
     funcs = functions(args.files)
     if args.same:

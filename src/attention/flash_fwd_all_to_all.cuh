@@ -14,7 +14,7 @@ namespace xstage::attention::detail {
 template <FwdTileConfigId kId, template <class> class Epilogue>
 void launch_flash_fwd_a2a(FlashFwdArgs const& args, AllToAllDestinations const& dst, InputArrivals const& inputs, DeviceFacts const& device,
                           cudaStream_t stream) {
-  using Config = typename FlashFwdTileConfigFor<kId>::type;
+  using Config = typename FlashFwdTileConfigFor<kId, FwdKernelFamily::all_to_all>::type;
   const int m_blocks = ceil_div(args.problem.seqlen_q, Config::kBlockM);
   const int stride = destination_interleave_stride(m_blocks, dst.shape.ranks);
   const typename Epilogue<Config>::Params epilogue = Epilogue<Config>::make_params(args, dst);

@@ -15,8 +15,16 @@
 
 namespace xstage::attention {
 
-template <int kHeadDim_, int kBlockN_, int kStages_, int kNumMmaWarpGroups_>
+// The kernels a configuration is compiled into: the plain forward (its own output) or the fused Ulysses forward (the
+// all-to-all epilogue). ptxas schedules their shared key-block loop differently, so a knob of that loop that leaves
+// the output's bits unchanged may take its value per family (kLoopRowMaxTests does). The knobs that change the bits
+// (the exponentials before the P·V wait, the reduction chains) are one value for both, so that the fused output stays
+// bit-identical to the serial layer's.
+enum class FwdKernelFamily { plain, all_to_all };
+
+template <int kHeadDim_, int kBlockN_, int kStages_, int kNumMmaWarpGroups_, FwdKernelFamily kFamily_ = FwdKernelFamily::plain>
 struct FlashFwdTileConfig {
+  static constexpr FwdKernelFamily kFamily = kFamily_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
@@ -32,7 +40,8 @@ struct FlashFwdTileConfig {
   // moves registers within what the launch gave the CTA (__launch_bounds__(kNumThreads, 1): 65536 / kNumThreads per
   // thread, rounded down to 8: 168 * 384 = 64512, 128 * 512 = 65536); a consumer increase that the producer's decrease
   // does not cover waits forever (a producer of 32 with two consumer warpgroups hung every launch:
-  // results/h100/attention/2026-12-06-cta-pairs/).
+  // results/h100/attention/2026-12-06-cta-pairs/). The fused kernels take the same split: 40 / 232 helped their
+  // d = 64 loop and cost their d = 128 loop (results/h100/attention/2026-12-07-fused-knobs/).
   static constexpr int kProducerRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kNumMmaThreads <= (65536 / kNumThreads) / 8 * 8 * kNumThreads,
@@ -50,8 +59,9 @@ struct FlashFwdTileConfig {
   static constexpr int kSoftmaxChains = kNumMmaWarpGroups == 2 ? 4 : 2;
   // Whether the key-block loop keeps the -inf tests of the running row maximum, which only a tile's first block needs
   // (OnlineSoftmax::new_row_max): the same bits either way, but without them ptxas schedules the three-warpgroup loop
-  // 1.7-1.8% faster and the two-warpgroup loops 1-4% slower (results/h200/attention/2026-12-02-finite-max/).
-  static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2;
+  // 1.7-1.8% faster and the plain two-warpgroup loops 1-4% slower (results/h200/attention/2026-12-02-finite-max/). The
+  // fused kernels' two-warpgroup loops are faster without them (results/h100/attention/2026-12-07-inf-tests-rounds/).
+  static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2 && kFamily == FwdKernelFamily::plain;
 
   using Element = cutlass::bfloat16_t;
   using Accum = float;
@@ -87,11 +97,11 @@ struct FlashFwdTileConfig {
   static constexpr int kKVBlockBytes = kBlockN * kHeadDim * int(sizeof(Element));
 };
 
-// The instantiated configurations, by id (tile_shapes.hpp).
-template <FwdTileConfigId kId>
+// The instantiated configurations, by id (tile_shapes.hpp) and kernel family.
+template <FwdTileConfigId kId, FwdKernelFamily kFamily = FwdKernelFamily::plain>
 struct FlashFwdTileConfigFor {
   static constexpr FwdTileShape kShape = fwd_tile_shape(kId);
-  using type = FlashFwdTileConfig<kShape.head_dim, kShape.block_n, kShape.stages, kShape.consumer_warpgroups>;
+  using type = FlashFwdTileConfig<kShape.head_dim, kShape.block_n, kShape.stages, kShape.consumer_warpgroups, kFamily>;
 };
 
 }  // namespace xstage::attention

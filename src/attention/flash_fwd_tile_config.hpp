@@ -16,11 +16,11 @@
 namespace xstage::attention {
 
 // The kernels a configuration is compiled into: the plain forward (its own output) or the fused Ulysses forward (the
-// all-to-all epilogue). ptxas schedules their shared key-block loop differently, so a knob of that loop that leaves
-// the output's bits unchanged may take its value per family (kLoopRowMaxTests does). The knobs that change the bits
-// (the exponentials before the P·V wait, the reduction chains) are one value for both, so that the fused output stays
-// bit-identical to the serial layer's.
-enum class FwdKernelFamily { plain, all_to_all };
+// all-to-all epilogue) with either store path. ptxas schedules their shared key-block loop differently, so a knob of
+// that loop that leaves the output's bits unchanged may take its value per family (kLoopRowMaxTests does). The knobs
+// that change the bits (the exponentials before the P·V wait, the reduction chains) are one value for all, so that the
+// fused output stays bit-identical to the serial layer's.
+enum class FwdKernelFamily { plain, all_to_all_tma, all_to_all_st_global };
 
 template <int kHeadDim_, int kBlockN_, int kStages_, int kNumMmaWarpGroups_, FwdKernelFamily kFamily_ = FwdKernelFamily::plain>
 struct FlashFwdTileConfig {
@@ -60,8 +60,9 @@ struct FlashFwdTileConfig {
   // Whether the key-block loop keeps the -inf tests of the running row maximum, which only a tile's first block needs
   // (OnlineSoftmax::new_row_max): the same bits either way, but without them ptxas schedules the three-warpgroup loop
   // 1.7-1.8% faster and the plain two-warpgroup loops 1-4% slower (results/h200/attention/2026-12-02-finite-max/). The
-  // fused kernels' two-warpgroup loops are faster without them (results/h100/attention/2026-12-07-inf-tests-rounds/).
-  static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2 && kFamily == FwdKernelFamily::plain;
+  // fused two-warpgroup kernels that store by TMA are 0.6-1 point closer to the plain kernel without them, the
+  // 16-byte-store ones at d = 64 up to 0.5 point further (results/h100/attention/2026-12-07-inf-tests-rounds/).
+  static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2 && kFamily != FwdKernelFamily::all_to_all_tma;
 
   using Element = cutlass::bfloat16_t;
   using Accum = float;

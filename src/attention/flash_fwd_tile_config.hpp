@@ -60,7 +60,7 @@ struct FlashFwdTileConfig {
   // Whether the key-block loop keeps the -inf tests of the running row maximum, which only a tile's first block needs
   // (OnlineSoftmax::new_row_max): the same bits either way, but without them ptxas schedules the three-warpgroup loop
   // 1.7-1.8% faster and the plain two-warpgroup loops 1-4% slower (results/h200/attention/2026-12-02-finite-max/). The
-  // fused two-warpgroup kernels that store by TMA are 0.6-1 point closer to the plain kernel without them, the
+  // fused two-warpgroup kernels that store by TMA come 0.4-1.6 points closer to the plain kernel without them, the
   // 16-byte-store ones at d = 64 up to 0.5 point further (results/h100/attention/2026-12-07-inf-tests-rounds/).
   static constexpr bool kLoopRowMaxTests = kNumMmaWarpGroups == 2 && kFamily != FwdKernelFamily::all_to_all_tma;
 

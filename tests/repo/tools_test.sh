@@ -203,6 +203,9 @@ assert s.same_order(body, body) == 1.0
 swapped = body[:2] + [body[3], body[2]] + body[4:]   # the same instructions, two of them in the other order
 assert abs(s.same_order(body, swapped) - 10 / 12) < 1e-12, s.same_order(body, swapped)
 assert s.same_order(body, ["NOP"]) == 0.0
+assert s.loop_difference(body, swapped) == {}
+assert s.loop_difference(body, body[:3] + ["MUFU.EX2 R4, R4"] + body[3:] + ["NOP"]) == {"MUFU.EX2": 1, "NOP": 1}
+assert list(s.loop_difference(["NOP", "FMNMX R1, R2, R3, !PT"], ["MUFU.EX2 R4, R4"])) == ["FMNMX", "MUFU.EX2", "NOP"]
 before = {"k0": insns, "other": [(0x10, "NOP")]}
 changed = insns[:-1] + [(0x90, "@!P0 BRA 0x30")]      # one branch target differs
 assert s.same_code(before, {"k5": list(insns), "k6": changed, "k7": []}) == {"k5": "k0", "k6": None, "k7": None}

@@ -85,6 +85,12 @@ def same_order(a, b):
     return difflib.SequenceMatcher(None, [opcode(x) for x in a], [opcode(x) for x in b], autojunk=False).ratio()
 
 
+def loop_difference(a, b):
+    """-> {opcode: its count in loop b minus its count in loop a}, for the opcodes whose counts differ, sorted."""
+    ca, cb = (collections.Counter(opcode(x) for x in loop) for loop in (a, b))
+    return {op: cb[op] - ca[op] for op in sorted(set(ca) | set(cb)) if ca[op] != cb[op]}
+
+
 def same_code(before, after):
     """-> {name in `after`: the name of a function in `before` with exactly its instructions, or None}. Branch targets
     are function-relative, so the same code at another address compares equal."""
@@ -129,13 +135,13 @@ def main(argv=None):
             loop = wgmma_loop(funcs[name])
             if loop is None:
                 sys.exit(f"error: {name} has no wgmma loop")
-            loops.append((name, loop, collections.Counter(opcode(x) for x in loop)))
-        (a, la, ca), (b, lb, cb) = loops
+            loops.append((name, loop))
+        (a, la), (b, lb) = loops
         print(f"A {a}: {len(la)} instructions\nB {b}: {len(lb)} instructions\n"
               f"same order: {same_order(la, lb):.3f}\nopcode  A  B  B-A")
-        for op in sorted(set(ca) | set(cb)):
-            if ca[op] != cb[op]:
-                print(f"{op}  {ca[op]}  {cb[op]}  {cb[op] - ca[op]:+d}")
+        ca = collections.Counter(opcode(x) for x in la)
+        for op, change in loop_difference(la, lb).items():
+            print(f"{op}  {ca[op]}  {ca[op] + change}  {change:+d}")
         return 0
     print("function  spill_instructions" + ("  loop_instructions  loop_HGMMA  loop_MUFU.EX2  between_waits_instructions"
                                             "  between_waits_MUFU.EX2  loop_R2UR" if args.loops else ""))

@@ -3,14 +3,13 @@ the share of opcodes in the same order, the whole kernel's instruction count, an
 
     python3 loop_compare.py A B [REGEX]   (run from the repository root; cuobjdump on PATH)
 """
-import sys, re, collections
+import sys, re
 sys.path.insert(0, "tools/kernels")
 import sass_stats as s
 a = s.functions([sys.argv[1]]); b = s.functions([sys.argv[2]])
 pat = sys.argv[3] if len(sys.argv) > 3 else "AllToAll"
 for name in sorted(n for n in a if re.search(pat, n) and n in b):
     la, lb = s.wgmma_loop(a[name]), s.wgmma_loop(b[name])
-    ca = collections.Counter(s.opcode(x) for x in la); cb = collections.Counter(s.opcode(x) for x in lb)
     short = re.sub(r"E+vNT_6ParamsE$", "", re.sub(r".*FlashFwdTileConfigI", "", name))
-    diff = {op: cb[op] - ca[op] for op in sorted(set(ca) | set(cb)) if ca[op] != cb[op]}
+    diff = s.loop_difference(la, lb)
     print(f"{short}  loop {len(la)} -> {len(lb)}  same order {s.same_order(la, lb):.3f}  kernel {len(a[name])} -> {len(b[name])}  {diff}")

@@ -21,7 +21,7 @@ for r in 1 2 3 4 5 6 7 8; do
   done
 done
 rm -f $O/*.log
-# the family-parameter build (variant 1 as main would have it): checks at 2, 4, 8 virtual ranks, soak, sanitizers
+# the family-parameter build (variant 1 on both store paths): checks at 2, 4, 8 virtual ranks, soak, sanitizers
 C=${FAMILY:-build-family}/xstage   # the family-parameter build
 if [ -x "$C" ]; then
   timeout 60 $C attention check --out $O/fam_attention_check.json > $O/fam_attention_check.log 2>&1; log "fam attention check rc=$?"

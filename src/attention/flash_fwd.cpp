@@ -95,6 +95,14 @@ void validate_flash_fwd_args(FlashFwdArgs const& args) {
   if (args.lse != nullptr) check_pointer("LSE", args.lse, 4, "fp32 values are stored as such");
 }
 
+KeySplit flash_fwd_key_split(FlashFwdArgs const& args, FwdTileConfigId config, int num_sms) {
+  const FlashFwdProblem& p = args.problem;
+  const FwdTileShape shape = fwd_tile_shape(config);
+  const int64_t tiles = (int64_t(p.seqlen_q) + shape.block_m() - 1) / shape.block_m() * p.heads * p.batch;
+  const KeySplitMode mode = args.seqlen_k_per_batch != nullptr ? KeySplitMode::off : args.key_split;
+  return plan_key_split(mode, tiles, (p.seqlen_k + shape.block_n - 1) / shape.block_n, num_sms);
+}
+
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& p, int num_sms) {
   return choose_fwd_tile_config(p.head_dim, int64_t(p.batch) * p.heads, p.seqlen_q, num_sms);
 }

@@ -38,6 +38,10 @@ void flash_attention_forward_all_to_all(FlashFwdArgs const& args, AllToAllDestin
 // The tile configuration flash_attention_forward picks for `problem` on a GPU with `num_sms` SMs.
 FwdTileConfigId flash_fwd_tile_config(FlashFwdProblem const& problem, int num_sms);
 
+// The split tail flash_attention_forward makes for `args` in configuration `config` on `num_sms` SMs (key_split.hpp;
+// inactive: none).
+KeySplit flash_fwd_key_split(FlashFwdArgs const& args, FwdTileConfigId config, int num_sms);
+
 // For reports: "b_m=128 b_n=192 stages=3 (2 consumer warpgroups)".
 std::string describe(FwdTileShape const& shape);
 

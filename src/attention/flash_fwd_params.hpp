@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "attention/key_split.hpp"
 #include "attention/tile_shapes.hpp"
 #include "common/host_device.hpp"
 
@@ -59,6 +60,9 @@ struct FlashFwdArgs {
   const int32_t* seqlen_k_per_batch = nullptr;
   // Forces one tile configuration (tests, tuning); by default the launcher picks by wave count.
   std::optional<FwdTileConfigId> tile_config;
+  // Whether the last partial wave of tiles may be split by key range over every SM (key_split.hpp). Never with
+  // per-batch key lengths.
+  KeySplitMode key_split = KeySplitMode::automatic;
 };
 
 // The keys a sequence attends to when its per-batch length is `requested`: clamped to [1, seqlen_k], so that an

@@ -15,6 +15,8 @@
 // arrives once its last S = Q K^T of the tile has completed, so the next tile's Q loads during this
 // tile's last P V and epilogue).
 //
+// A unit of the split tail (key_split.hpp) walks key blocks [begin, end) of its tile the same way, from end - 1.
+//
 // Consumers (warpgroups 1..n, n = 2 or 3, 64 query rows each), per tile, key blocks from last to first
 // (the last block is the only partial one: its masked columns are set to -inf in the first step, and no
 // later block needs a check). The last block is that of the tile's own key length where per-batch lengths are
@@ -38,6 +40,7 @@
 #include "attention/flash_fwd_params.hpp"
 #include "common/sm90_wgmma.cuh"
 #include "attention/flash_fwd_tile_config.hpp"
+#include "attention/key_split.hpp"
 #include "attention/named_barriers.hpp"
 #include "attention/softmax.hpp"
 #include "attention/tile_scheduler.hpp"
@@ -251,7 +254,7 @@ struct MainloopSm90 {
   // its first).
   CUTE_DEVICE static void load(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                                PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
-                               TileCoord tile, int tile_iteration, InputWaits& waits) {
+                               TileCoord tile, int tile_iteration, InputWaits& waits, KeyBlocks keys = {}) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
@@ -306,7 +309,7 @@ struct MainloopSm90 {
       ++v_state;
     };
 
-    const int n_last = ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
+    const int n_last = keys.end > 0 ? keys.end - 1 : ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
     load_k(n_last);
     if (tile_iteration > 0) {
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (tile_iteration - 1) & 1);
@@ -320,11 +323,11 @@ struct MainloopSm90 {
       else copy(params.tma_q.with(smem.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
     }
 #pragma unroll 1
-    for (int n = n_last; n > 0; --n) {
+    for (int n = n_last; n > keys.begin; --n) {
       load_k(n - 1);
       load_v(n);
     }
-    load_v(0);
+    load_v(keys.begin);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -332,7 +335,8 @@ struct MainloopSm90 {
   template <class FragO, class Softmax>
   CUTE_DEVICE static void mma(Params const& params, SharedStorage& smem, PipelineKV& pipeline_k,
                               PipelineKV& pipeline_v, PipelineState& k_state, PipelineState& v_state,
-                              FragO& tOrO, Softmax& softmax, TileCoord tile, int thread_idx, int tile_iteration) {
+                              FragO& tOrO, Softmax& softmax, TileCoord tile, int thread_idx, int tile_iteration,
+                              KeyBlocks keys = {}) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutKV{});
@@ -366,7 +370,7 @@ struct MainloopSm90 {
       *reinterpret_cast<cutlass::Array<Element, N>*>(tOrP.data()) = p;
     };
 
-    const int n_last = ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
+    const int n_last = keys.end > 0 ? keys.end - 1 : ceil_div(tile_seqlen_k(params, tile), kBlockN) - 1;
     softmax.reset();
     clear(tOrO);
     cutlass::arch::ClusterBarrier::wait(&smem.q_full, tile_iteration & 1);
@@ -397,7 +401,7 @@ struct MainloopSm90 {
     constexpr int kFirstCols = Config::kExpColsBeforePvWait;
     float m_scaled[kRows], partial[kRows];  // what update_rest needs of update_first
 #pragma unroll 1
-    for (int n = n_last - 1; n >= 0; --n) {
+    for (int n = n_last - 1; n >= keys.begin; --n) {
       pipeline_k.consumer_wait(k_state);
       Turns::wait(warp_group);
       xstage::wgmma_batch<true, -1, false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);

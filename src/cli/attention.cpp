@@ -55,6 +55,7 @@ struct CheckCase {
   Layout layout;
   std::optional<attention::FwdTileConfigId> tile_config;  // default: the launcher's choice
   std::vector<int32_t> key_lengths;  // per batch (FlashFwdArgs::seqlen_k_per_batch); empty: every key
+  attention::KeySplitMode key_split = attention::KeySplitMode::automatic;
 };
 
 // The same case with per-sequence key lengths (one per batch; values outside [1, seqlen_k] are clamped).
@@ -70,6 +71,12 @@ CheckCase rows192(CheckCase c) {
   return c;
 }
 
+// The same case with its last partial wave split by key range over every SM wherever there is one (key_split.hpp;
+// the launcher's rule splits only where it predicts a gain, mostly at larger sizes than a check can afford).
+CheckCase split_tail(CheckCase c) {
+  c.key_split = attention::KeySplitMode::always;
+  return c;
+}
 
 std::string describe(const CheckCase& c) {
   std::ostringstream os;
@@ -79,6 +86,7 @@ std::string describe(const CheckCase& c) {
   if (c.layout == Layout::kPaddedO) os << " O-padded";
   if (c.tile_config) os << " " << attention::describe(attention::fwd_tile_shape(*c.tile_config));
   for (size_t b = 0; b < c.key_lengths.size(); ++b) os << (b ? "," : " Mk_b=") << c.key_lengths[b];
+  if (c.key_split == attention::KeySplitMode::always) os << " split-tail";
   return os.str();
 }
 
@@ -182,6 +190,7 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
   DeviceBuffer o_buf(no * 2), lse_buf(nlse * 4), o_ref_buf(nref * 4), lse_ref_buf(nlse * 4), lengths_buf;
   args.problem = p;
   args.tile_config = c.tile_config;
+  args.key_split = c.key_split;
   if (!c.key_lengths.empty()) {
     XSTAGE_REQUIRE(int(c.key_lengths.size()) == c.batch, "check case " + describe(c) + ": one key length per batch");
     lengths_buf = DeviceBuffer(c.key_lengths.size() * sizeof(int32_t));
@@ -230,7 +239,8 @@ CaseResult run_check_case(const CheckCase& c, uint64_t seed) {
 std::vector<CheckCase> check_cases(bool quick) {
   if (quick) {  // small enough for compute-sanitizer
     return {{1, 200, 200, 2, 64, 0.f, true}, rows192({1, 200, 250, 2, 64, 0.f, true}), {2, 130, 300, 1, 128},
-            with_key_lengths({2, 130, 300, 1, 128, 0.f, true}, {1, 129})};
+            with_key_lengths({2, 130, 300, 1, 128, 0.f, true}, {1, 129}), split_tail({1, 200, 900, 2, 64, 0.f, true}),
+            split_tail(rows192({2, 130, 1000, 1, 64})), split_tail({2, 130, 700, 1, 128})};
   }
   return {
       // float64 CPU reference
@@ -271,6 +281,23 @@ std::vector<CheckCase> check_cases(bool quick) {
       with_key_lengths({2, 777, 777, 4, 128, 0.f, false, Layout::kPackedQkv}, {500, 777}),
       rows192(with_key_lengths({3, 70, 300, 2, 64, 0.f, true}, {1, 129, 300})),
       rows192(with_key_lengths({3, 2048, 4096, 2, 64}, {4096, 127, 257})),
+      // the split tail (key_split.hpp): fewer steps than SMs (most CTAs without a unit), a partial last key block in
+      // one part, parts of every size, batch > 1, both d = 64 configurations, O with gaps, peaky softmax; then shapes
+      // where the launcher's rule splits by itself
+      split_tail({1, 1, 1, 1, 64, 0.f, true}),
+      split_tail({2, 17, 17, 3, 128, 0.f, true}),
+      split_tail({1, 300, 64, 2, 128, 0.f, true}),
+      split_tail({1, 200, 200, 1, 128, 1.0f, true}),
+      split_tail({1, 130, 3000, 2, 64, 0.f, true}),
+      split_tail({3, 333, 333, 5, 128}),
+      split_tail({1, 300, 5000, 2, 128}),
+      split_tail({2, 1000, 1000, 3, 64}),
+      split_tail({2, 257, 9000, 2, 128, 0.f, false, Layout::kPaddedO}),
+      split_tail(rows192({2, 1000, 1000, 3, 64})),
+      split_tail(rows192({1, 1025, 7777, 2, 64, 0.f, false, Layout::kPaddedO})),
+      split_tail(rows192({1, 8192, 8192, 2, 64})),
+      {1, 4608, 4608, 24, 128},
+      {2, 4250, 4250, 24, 64},
   };
 }
 
@@ -342,8 +369,16 @@ struct BenchOptions {
   int trials = 20;
   double warmup_ms = 200;
   std::vector<std::string> tile_configs;  // empty: the launcher's choice; else each, timed in turn
+  std::vector<std::string> key_splits{"auto"};  // each, timed in turn (auto, off, always)
   std::string out;  // results as JSON
 };
+
+attention::KeySplitMode key_split_mode(const std::string& name) {
+  if (name == "auto") return attention::KeySplitMode::automatic;
+  if (name == "off") return attention::KeySplitMode::off;
+  if (name == "always") return attention::KeySplitMode::always;
+  throw InputError("--key-splits: unknown mode '" + name + "' (choose from auto, off, always)");
+}
 
 // The configurations named on the command line (tile_shapes.hpp's names), or the launcher's choice (nullopt).
 std::vector<std::optional<attention::FwdTileConfigId>> bench_configs(const std::vector<std::string>& names) {
@@ -365,6 +400,8 @@ std::vector<std::optional<attention::FwdTileConfigId>> bench_configs(const std::
 void run_bench(const BenchOptions& opt) {
   for (int d : opt.head_dims) XSTAGE_REQUIRE(d == 64 || d == 128, "--head-dims: the kernel takes 64 and/or 128 (got " + std::to_string(d) + ")");
   const auto configs = bench_configs(opt.tile_configs);
+  std::vector<attention::KeySplitMode> splits;
+  for (const std::string& n : opt.key_splits) splits.push_back(key_split_mode(n));
   require_gpu();
   nlohmann::json points = nlohmann::json::array();
   std::printf("attention bench: batch %d, median of %d CUDA-event timings after warm-up\n", opt.batch, opt.trials);
@@ -395,10 +432,12 @@ void run_bench(const BenchOptions& opt) {
         // configuration once, in common/turn_order.hpp's balanced order, so clock and power drift land in all alike.
         std::vector<FlashFwdArgs> variants;
         for (const auto& c : configs)
-          if (!c || attention::fwd_tile_shape(*c).head_dim == d) {
-            variants.push_back(args);
-            variants.back().tile_config = c;
-          }
+          if (!c || attention::fwd_tile_shape(*c).head_dim == d)
+            for (const attention::KeySplitMode split : splits) {
+              variants.push_back(args);
+              variants.back().tile_config = c;
+              variants.back().key_split = split;
+            }
         if (variants.empty()) continue;
         auto launcher = [&](std::size_t i) { return [&, i] { attention::flash_attention_forward(variants[i]); }; };
         warm_up(launcher(0), first ? 1000.0 : opt.warmup_ms, nullptr);
@@ -415,8 +454,10 @@ void run_bench(const BenchOptions& opt) {
           const double tflops = flops / (t_ms * 1e-3) / 1e12;
           const attention::FwdTileConfigId id = variants[i].tile_config.value_or(attention::flash_fwd_tile_config(p, num_sms));
           const std::string tile = attention::describe(attention::fwd_tile_shape(id));
+          const attention::KeySplit split = attention::flash_fwd_key_split(variants[i], id, num_sms);
           const double vs_first = median_ratio(times[0], times[i]);
-          std::printf("%5d %6d %7d %12.4f %10.1f  %s (%s)%s\n", d, h, m, t_ms, tflops, tile.c_str(), attention::kFwdTileConfigNames[int(id)],
+          std::printf("%5d %6d %7d %12.4f %10.1f  %s (%s), split tail %d tiles%s\n", d, h, m, t_ms, tflops, tile.c_str(),
+                      attention::kFwdTileConfigNames[int(id)], split.tail_tiles,
                       i ? (" speed vs the first: " + std::to_string(vs_first)).c_str() : "");
           std::fflush(stdout);
           points.push_back({{"head_dim", d},
@@ -430,6 +471,8 @@ void run_bench(const BenchOptions& opt) {
                             {"tile", tile},
                             {"tile_config", attention::kFwdTileConfigNames[int(id)]},
                             {"forced", variants[i].tile_config.has_value()},
+                            {"key_split", opt.key_splits[i % splits.size()]},
+                            {"split_tail_tiles", split.tail_tiles},
                             {"speed_vs_first_median_of_trials", vs_first}});
         }
       }
@@ -477,6 +520,8 @@ void add_attention_command(CLI::App& app) {
   add_path(bench, "--json", bench_opt->out, "")->group("");  // the old name of --out, hidden
   add_list(bench, "--tile-configs", bench_opt->tile_configs,
            "Tile configurations to time in turn, by name (src/attention/tile_shapes.hpp; default: the launcher's choice)");
+  add_list(bench, "--key-splits", bench_opt->key_splits,
+           "Split-tail modes to time in turn with each configuration: auto (the launcher's rule), off, always (default: auto)");
   bench->callback([bench_opt] { run_bench(*bench_opt); });
 
   add_ulysses_command(*cmd);

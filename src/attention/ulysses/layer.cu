@@ -510,6 +510,9 @@ FlashFwdArgs head_sharded_args(const UlyssesShape& s, const void* q, const void*
   a.k = k;
   a.v = v;
   a.o = o;
+  // Every path's kernel walks whole tiles, so that fused_post and fused_both stay bit-identical to serial (the split
+  // tail, key_split.hpp, merges a tile's parts in another order of additions).
+  a.key_split = KeySplitMode::off;
   return a;
 }
 }  // namespace

@@ -1,0 +1,104 @@
+// The split tail (attention/key_split.hpp): every key block of every tile is computed by exactly one unit, each CTA
+// has at most two units, the combine kernel's list of a tile's parts is exactly the units that computed it, in CTA
+// order, and the launcher's rule splits where the wave arithmetic says it pays.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/key_split.hpp"
+
+namespace xstage::attention {
+namespace {
+
+void expect_cover(int tiles, int key_blocks, int ctas, int tail) {
+  SCOPED_TRACE("tiles " + std::to_string(tiles) + ", N " + std::to_string(key_blocks) + ", G " + std::to_string(ctas) + ", tail " +
+               std::to_string(tail));
+  const KeySplit s{tiles, tail, key_blocks, ctas};
+  ASSERT_TRUE(s.active());
+  // The whole tiles, as without a split: CTA c takes c, c + G, ... below whole_tiles().
+  std::vector<int> whole(tiles, 0);
+  for (int cta = 0; cta < ctas; ++cta)
+    for (int t = cta; t < s.whole_tiles(); t += ctas) ++whole[t];
+  for (int t = 0; t < s.whole_tiles(); ++t) EXPECT_EQ(whole[t], 1) << "whole tile " << t;
+  // The tail: each (tile, key block) once; the slots of each tile's units, in CTA order.
+  std::vector<std::vector<int>> covered(tail, std::vector<int>(key_blocks, 0));
+  std::vector<std::vector<int>> slots(tail);
+  std::int64_t most = 0, least = INT64_MAX;
+  for (int cta = 0; cta < ctas; ++cta) {
+    std::int64_t steps = 0;
+    for (int i = 0; i < 2; ++i) {
+      const KeyUnit u = s.unit(cta, i);
+      if (u.empty()) continue;
+      ASSERT_GE(u.tile, s.whole_tiles());
+      ASSERT_LT(u.tile, tiles);
+      ASSERT_GE(u.begin, 0);
+      ASSERT_LE(u.end, key_blocks);
+      EXPECT_EQ(u.slot, 2 * cta + i);
+      for (int n = u.begin; n < u.end; ++n) ++covered[u.tile - s.whole_tiles()][n];
+      slots[u.tile - s.whole_tiles()].push_back(u.slot);
+      steps += u.end - u.begin;
+    }
+    if (s.unit(cta, 0).empty()) EXPECT_TRUE(s.unit(cta, 1).empty()) << "cta " << cta << ": a second unit without a first";
+    most = std::max(most, steps);
+    least = std::min(least, steps);
+  }
+  EXPECT_LE(most - least, 1) << "the tail's steps are spread evenly";
+  for (int j = 0; j < tail; ++j) {
+    for (int n = 0; n < key_blocks; ++n) EXPECT_EQ(covered[j][n], 1) << "tail tile " << j << ", key block " << n;
+    std::vector<int> listed;
+    for (int cta = s.first_cta(j); cta <= s.last_cta(j); ++cta)
+      if (s.holds_steps(cta)) listed.push_back(s.slot_of(cta, j));
+    EXPECT_EQ(listed, slots[j]) << "tail tile " << j << ": the combine kernel's parts";
+  }
+}
+
+TEST(KeySplit, EveryKeyBlockOnceAndThePartsListed) {
+  for (int ctas : {1, 2, 7, 132})
+    for (int key_blocks : {1, 2, 3, 34, 128})
+      for (int tiles : {1, 5, ctas + 1, 3 * ctas - 1, 8 * ctas + 48 % (ctas + 1)}) {
+        const int tail = tiles % ctas;
+        if (tail == 0) continue;
+        expect_cover(tiles, key_blocks, ctas, tail);
+      }
+}
+
+TEST(KeySplit, FewerStepsThanCtasLeaveSomeWithout) {
+  const KeySplit s{1, 1, 1, 132};  // one tile of one key block
+  int units = 0;
+  for (int cta = 0; cta < 132; ++cta) units += !s.unit(cta, 0).empty();
+  EXPECT_EQ(units, 1);
+  EXPECT_EQ(s.first_cta(0), s.last_cta(0));
+}
+
+TEST(KeySplit, RuleSplitsAPartialLastWaveOnly) {
+  // SD3-1024 at d = 64 on 132 SMs: 1104 tiles of 192 rows (8 waves and 48 tiles), 34 key blocks of 128.
+  EXPECT_EQ(choose_key_split_tail(1104, 34, 132), 48);
+  // Flux-2048 at d = 128: 3168 tiles, 24 full waves: nothing to split.
+  EXPECT_EQ(choose_key_split_tail(3168, 106, 132), 0);
+  // A last wave of 131 tiles of 132: the split saves under a step's worth of a tile: not worth its costs.
+  EXPECT_EQ(choose_key_split_tail(131, 8, 132), 0);
+  // One short tile per SM row: too few steps to pay for the unit's and the combine's costs.
+  EXPECT_EQ(choose_key_split_tail(1, 1, 132), 0);
+  // Fewer tiles than SMs with long key loops: the whole launch is the tail.
+  EXPECT_EQ(choose_key_split_tail(40, 128, 132), 40);
+}
+
+TEST(KeySplit, PlanFollowsTheMode) {
+  EXPECT_FALSE(plan_key_split(KeySplitMode::off, 1104, 34, 132).active());
+  EXPECT_EQ(plan_key_split(KeySplitMode::automatic, 1104, 34, 132).tail_tiles, 48);
+  EXPECT_EQ(plan_key_split(KeySplitMode::always, 131, 8, 132).tail_tiles, 131);
+  EXPECT_FALSE(plan_key_split(KeySplitMode::always, 264, 8, 132).active());  // no partial wave
+  const KeySplit s = plan_key_split(KeySplitMode::always, 5, 3, 132);
+  EXPECT_EQ(s.ctas, 132);
+  EXPECT_EQ(s.whole_tiles(), 0);
+}
+
+TEST(KeySplit, WorkspaceHoldsTwoPartsPerCta) {
+  EXPECT_EQ(key_split_workspace_bytes(132, 192, 64), 2 * 132 * 192 * 65 * 4);
+}
+
+}  // namespace
+}  // namespace xstage::attention

@@ -79,11 +79,13 @@ struct KeySplit {
   }
 };
 
-// The split's costs in key-block steps, for the decision below: a unit's own (its Q load and first product before the
-// pipeline fills, its last P·V and its store), and the combine kernel's. Predictions, not yet fitted: a tile's time
-// is N steps plus about two (docs/ATTENTION.md, "The split tail").
-inline constexpr double kKeyUnitOverheadSteps = 2.0;
-inline constexpr double kKeyCombineSteps = 2.0;
+// The decision below in key-block steps of one CTA: a tile takes N + kKeyTileOverheadSteps (its Q load and first
+// product before the pipeline fills, its last P·V and its store), and a split costs kKeySplitCostSteps beyond its
+// tail's own ⌈R·N/G⌉ steps (a CTA's second unit, the parts' stores, the combine kernel, ~10 µs on an H100, and the
+// gaps around it). Fitted on one H100 (results/h100/attention/2026-12-07-split-tail/, run2): against this model with a
+// cost of 6 the split lost 8–15 steps more at the shapes with 29–103 key blocks a tile.
+inline constexpr double kKeyTileOverheadSteps = 2.0;
+inline constexpr double kKeySplitCostSteps = 16.0;
 // The least predicted gain for which the launcher splits.
 inline constexpr double kKeySplitMinGain = 0.01;
 
@@ -93,11 +95,10 @@ constexpr int choose_key_split_tail(std::int64_t tiles, int key_blocks, int ctas
   if (ctas <= 0 || key_blocks <= 0 || tiles <= 0) return 0;
   const std::int64_t waves = (tiles + ctas - 1) / ctas, tail = tiles - (waves - 1) * ctas;
   if (tail == ctas) return 0;  // every wave full
-  const double per_tile = key_blocks + kKeyUnitOverheadSteps;
+  const double per_tile = key_blocks + kKeyTileOverheadSteps;
   const double whole = double(waves) * per_tile;
   const std::int64_t steps = tail * key_blocks;
-  const double split = double(waves - 1) * per_tile + double((steps + ctas - 1) / ctas) + 2 * kKeyUnitOverheadSteps +
-                       kKeyCombineSteps;
+  const double split = double(waves - 1) * per_tile + double((steps + ctas - 1) / ctas) + kKeySplitCostSteps;
   return split <= whole * (1.0 - kKeySplitMinGain) ? static_cast<int>(tail) : 0;
 }
 

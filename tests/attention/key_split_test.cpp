@@ -73,22 +73,34 @@ TEST(KeySplit, FewerStepsThanCtasLeaveSomeWithout) {
   EXPECT_EQ(s.first_cta(0), s.last_cta(0));
 }
 
-TEST(KeySplit, RuleSplitsAPartialLastWaveOnly) {
-  // SD3-1024 at d = 64 on 132 SMs: 1104 tiles of 192 rows (8 waves and 48 tiles), 34 key blocks of 128.
+TEST(KeySplit, RuleSplitsWhereTheTailIsLong) {
+  // [1, 32768, 12, 128] on 132 SMs: 3072 tiles (23 waves and 36 tiles) of 205 key blocks: the tail's 36 · 205 steps
+  // over 132 CTAs are 56 each, against a whole tile's 207.
+  EXPECT_EQ(choose_key_split_tail(3072, 205, 132), 36);
+  // d = 64, 4 heads, M = 32768: 684 tiles of 192 rows (5 waves and 24 tiles), 256 key blocks.
+  EXPECT_EQ(choose_key_split_tail(684, 256, 132), 24);
+  // SD3-1024 at d = 64: 1104 tiles (8 waves and 48) of 34 key blocks: the tail's 13 steps and the split's 16 against
+  // a tile's 36.
   EXPECT_EQ(choose_key_split_tail(1104, 34, 132), 48);
+  // Flux-1024 at d = 128: 864 tiles (6 waves and 72) of 29 key blocks: 16 steps and 16 against 31, no gain.
+  EXPECT_EQ(choose_key_split_tail(864, 29, 132), 0);
+  // d = 128, 12 heads, M = 8192: 768 tiles (5 waves and 108) of 52: 43 steps and 16 against 54.
+  EXPECT_EQ(choose_key_split_tail(768, 52, 132), 0);
   // Flux-2048 at d = 128: 3168 tiles, 24 full waves: nothing to split.
   EXPECT_EQ(choose_key_split_tail(3168, 106, 132), 0);
-  // A last wave of 131 tiles of 132: the split saves under a step's worth of a tile: not worth its costs.
-  EXPECT_EQ(choose_key_split_tail(131, 8, 132), 0);
-  // One short tile per SM row: too few steps to pay for the unit's and the combine's costs.
+  // HunyuanVideo-720p: 108 waves, the last of 60 tiles: the gain is under 1% of the run.
+  EXPECT_EQ(choose_key_split_tail(14184, 473, 132), 0);
+  // One short tile: nothing to gain.
   EXPECT_EQ(choose_key_split_tail(1, 1, 132), 0);
   // Fewer tiles than SMs with long key loops: the whole launch is the tail.
-  EXPECT_EQ(choose_key_split_tail(40, 128, 132), 40);
+  EXPECT_EQ(choose_key_split_tail(40, 512, 132), 40);
 }
 
 TEST(KeySplit, PlanFollowsTheMode) {
   EXPECT_FALSE(plan_key_split(KeySplitMode::off, 1104, 34, 132).active());
-  EXPECT_EQ(plan_key_split(KeySplitMode::automatic, 1104, 34, 132).tail_tiles, 48);
+  EXPECT_FALSE(plan_key_split(KeySplitMode::automatic, 864, 29, 132).active());
+  EXPECT_EQ(plan_key_split(KeySplitMode::always, 864, 29, 132).tail_tiles, 72);
+  EXPECT_EQ(plan_key_split(KeySplitMode::automatic, 3072, 205, 132).tail_tiles, 36);
   EXPECT_EQ(plan_key_split(KeySplitMode::always, 131, 8, 132).tail_tiles, 131);
   EXPECT_FALSE(plan_key_split(KeySplitMode::always, 264, 8, 132).active());  // no partial wave
   const KeySplit s = plan_key_split(KeySplitMode::always, 5, 3, 132);

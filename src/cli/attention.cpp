@@ -296,8 +296,8 @@ std::vector<CheckCase> check_cases(bool quick) {
       split_tail(rows192({2, 1000, 1000, 3, 64})),
       split_tail(rows192({1, 1025, 7777, 2, 64, 0.f, false, Layout::kPaddedO})),
       split_tail(rows192({1, 8192, 8192, 2, 64})),
-      {1, 32768, 32768, 4, 64},
-      {1, 32768, 32768, 12, 128},
+      {2, 4250, 4250, 24, 64},
+      {1, 24576, 24576, 4, 128},
   };
 }
 

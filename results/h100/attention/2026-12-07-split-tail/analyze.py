@@ -36,3 +36,28 @@ if os.path.exists(c):
     for x in cs:
         if "split" in x["case"] or "4608" in x["case"] or "4250" in x["case"]:
             print("  ", x["case"], x.get("passed"), x.get("rel_l2"), x.get("lse_max_abs"))
+
+# The split's own cost in key-block steps: at every point the launcher split, the steps the wave arithmetic says the
+# tail saves ((N + 2) - ceil(R·N/G): a tile's N key blocks and two of its own, against the CTA's share of the tail)
+# less the steps it saved as timed (off - auto over one step's time, off / (waves · (N + 2))).
+def split_cost(p, off_ms, sms):
+    bm, bn = (int(x) for x in re.match(r"b_m=(\d+) b_n=(\d+)", p["tile"]).groups())
+    m, n_keys = p["seqlen"], -(-p["seqlen"] // bn)
+    tiles = p["batch"] * p["heads"] * -(-m // bm)
+    waves = -(-tiles // sms)
+    tail = p["split_tail_tiles"]
+    step = off_ms / (waves * (n_keys + 2))
+    saved = off_ms * (1 - 1 / p["speed_vs_first_median_of_trials"]) / step
+    return n_keys, (n_keys + 2) - -(-tail * n_keys // sms), saved
+
+print("\nthe split's cost: shape  N  model's saving  timed saving  cost (steps)")
+sources = sorted(glob.glob(os.path.join(d, "dit_new_*.json"))) + ([g] if os.path.exists(g) else [])
+for f in sources:
+    j = json.load(open(f))
+    sms = j["gpu"]["sm_count"]
+    off = {(p["batch"], p["seqlen"], p["heads"], p["head_dim"]): p["time_ms"] for p in j["points"] if p["key_split"] == "off"}
+    for p in j["points"]:
+        if p["key_split"] != "auto" or p["split_tail_tiles"] == 0:
+            continue
+        n_keys, model, saved = split_cost(p, off[(p["batch"], p["seqlen"], p["heads"], p["head_dim"])], sms)
+        print(f"  [{p['batch']}, {p['seqlen']}, {p['heads']}, {p['head_dim']}]  {n_keys:4}  {model:6}  {saved:8.1f}  {model - saved:6.1f}")

@@ -22,9 +22,9 @@ namespace xstage::attention::detail {
 // With `inputs` set (inputs that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the
 // inputs' pusher leaves. `options.early_start`: the kernel may start while the one before it finishes (it waits for
 // it before its first load; common/grid_dependency.cuh). `split` (kernels built with kKeySplit): the split tail, whose
-// parts go to `partials`; its launch has one CTA per SM.
+// parts go to `partials`; its launch has one CTA per SM. Returns the tile scheduler the kernel walks.
 template <class Kernel>
-void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
+StaticPersistentTileScheduler launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
                              DeviceFacts const& device, cudaStream_t stream, InputArrivals const& inputs = {},
                              LaunchOptions options = {}, KeySplit split = {}, float* partials = nullptr) {
   using Config = typename Kernel::Config;
@@ -44,6 +44,7 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   const int grid = split.active() ? split.ctas
                                   : StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count - inputs.reserved_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, options, stream, params);
+  return params.scheduler;
 }
 
 // The plain forward: where the launch splits its tail (key_split.hpp), then the combine kernel, both on `stream` with
@@ -59,9 +60,8 @@ void launch_flash_fwd(FlashFwdArgs const& args, FwdTileConfigId config, DeviceFa
     return;
   }
   float* partials = key_split_workspace_alloc(key_split_workspace_bytes(split.ctas, Config::kBlockM, Config::kHeadDim), stream);
-  launch_flash_fwd_kernel<Kernel>(args, epilogue, 1, device, stream, {}, {}, split, partials);
-  KeySplitCombine combine{split, {ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, 1, false}, Config::kBlockM, Config::kHeadDim,
-                          p.seqlen_q, p.heads, partials, args.o, p.o, args.lse};
+  const StaticPersistentTileScheduler scheduler = launch_flash_fwd_kernel<Kernel>(args, epilogue, 1, device, stream, {}, {}, split, partials);
+  KeySplitCombine combine{split, scheduler, Config::kBlockM, Config::kHeadDim, p.seqlen_q, p.heads, partials, args.o, p.o, args.lse};
   launch_key_split_combine(combine, stream);
   key_split_workspace_free(partials, stream);
 }

@@ -431,12 +431,14 @@ void run_bench(const BenchOptions& opt) {
         // Each configuration of this head dim (or the launcher's choice), timed in turn: trial by trial, every
         // configuration once, in common/turn_order.hpp's balanced order, so clock and power drift land in all alike.
         std::vector<FlashFwdArgs> variants;
+        std::vector<std::string> split_names;  // of each variant, for the report
         for (const auto& c : configs)
           if (!c || attention::fwd_tile_shape(*c).head_dim == d)
-            for (const attention::KeySplitMode split : splits) {
+            for (std::size_t s = 0; s < splits.size(); ++s) {
               variants.push_back(args);
               variants.back().tile_config = c;
-              variants.back().key_split = split;
+              variants.back().key_split = splits[s];
+              split_names.push_back(opt.key_splits[s]);
             }
         if (variants.empty()) continue;
         auto launcher = [&](std::size_t i) { return [&, i] { attention::flash_attention_forward(variants[i]); }; };
@@ -471,7 +473,7 @@ void run_bench(const BenchOptions& opt) {
                             {"tile", tile},
                             {"tile_config", attention::kFwdTileConfigNames[int(id)]},
                             {"forced", variants[i].tile_config.has_value()},
-                            {"key_split", opt.key_splits[i % splits.size()]},
+                            {"key_split", split_names[i]},
                             {"split_tail_tiles", split.tail_tiles},
                             {"speed_vs_first_median_of_trials", vs_first}});
         }

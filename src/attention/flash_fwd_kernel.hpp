@@ -155,6 +155,7 @@ struct FlashFwdKernel {
       }
       if constexpr (kKeySplit) {
         if (split) {
+          int merges = 0;  // bit i: this CTA stored the last part of its unit i's tile
 #pragma unroll 1
           for (int i = 0; i < 2; ++i) {
             const KeyUnit unit = params.split.unit(blockIdx.x, i);
@@ -166,9 +167,15 @@ struct FlashFwdKernel {
             store_part(params.workspace, w, unit.slot, tOrO, lse, thread_idx);
             const int j = unit.tile - params.split.whole_tiles();
             int* arrivals = reinterpret_cast<int*>(params.workspace + w.arrivals_offset());
-            if (count_part<Config::kNumMmaThreads>(arrivals, j, params.split.parts(j), thread_idx))
-              merge_parts<Config::kBlockM, Config::kHeadDim, Config::kNumMmaThreads>(
-                  params.split, params.workspace, j, scheduler.coord(unit.tile), params.split_output, thread_idx);
+            if (count_part<Config::kNumMmaThreads>(arrivals, j, params.split.parts(j), thread_idx)) merges |= 1 << i;
+          }
+          // After both units, so that the merge's registers never share a live range with the mainloop's.
+#pragma unroll 1
+          for (int i = 0; i < 2; ++i) {
+            if (!(merges >> i & 1)) continue;
+            const int tile = params.split.unit(blockIdx.x, i).tile;
+            merge_parts<Config::kBlockM, Config::kHeadDim, Config::kNumMmaThreads>(
+                params.split, params.workspace, tile - params.split.whole_tiles(), scheduler.coord(tile), params.split_output, thread_idx);
           }
         }
       }

@@ -71,6 +71,5 @@ if os.path.isdir(c3):
     modes(sorted(glob.glob(os.path.join(c3, "held_*.json"))), "call3 held-out shapes (merge build)")
     for f in sorted(glob.glob(os.path.join(c3, "p1_r*.json"))):
         print(f"\n{os.path.basename(f)}: fused / FA-only at P = 1")
-        for p in load(f)["points"]:
-            r = {k: v for k, v in p.items() if "ratio" in k or k in ("seqlen", "heads", "head_dim", "store_path")}
-            print("  ", r)
+        for p in load(f)["results"]:
+            print(f"  {p['heads']:3} x {p['seqlen']:6} x {p['head_dim']:3}  fused (TMA) / FA-only {p['fused_tma_over_FA_median_of_trials']:.3f}")

@@ -20,8 +20,8 @@ namespace xstage::attention {
 void validate_flash_fwd_args(FlashFwdArgs const& args);
 
 // Validates, then launches on `stream` (asynchronous) on the current device. Throws xstage::Error on CUDA errors.
-// Where the launch splits its last partial wave by key range (args.key_split, key_split.hpp), its workspace is allocated,
-// its arrival counts zeroed and freed in stream order around the kernel (capturable in a CUDA graph).
+// Where the launch splits its last partial wave by key range (args.key_split, key_split.hpp), a small combine kernel
+// follows on the same stream, with a workspace allocated and freed in stream order (capturable in a CUDA graph).
 void flash_attention_forward(FlashFwdArgs const& args, cudaStream_t stream = nullptr);
 // The same where the caller has made `device` the current device (no CUDA query for it).
 void flash_attention_forward(FlashFwdArgs const& args, DeviceFacts const& device, cudaStream_t stream);

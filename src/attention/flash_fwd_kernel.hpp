@@ -11,7 +11,6 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "attention/key_split.hpp"
-#include "attention/key_split_merge.cuh"
 #include "attention/mainloop_sm90.hpp"
 #include "attention/named_barriers.hpp"
 #include "attention/softmax.hpp"
@@ -22,8 +21,7 @@ namespace xstage::attention {
 
 // kOwnRowsInPlace: the fused_both kernel, which reads its rank's own rows in place (MainloopSm90); every other kernel
 // compiles without that path. kKeySplit: the kernel can split its last partial wave by key range (key_split.hpp; the
-// plain kernel): the units of the tail store their parts into Params::workspace, and the CTA that stores a tile's
-// last part merges them into the output (key_split_merge.cuh).
+// plain kernel): the units of the tail store their parts into Params::partials, which the combine kernel merges.
 template <class Config_, template <class> class Epilogue_, bool kOwnRowsInPlace = false, bool kKeySplit = false>
 struct FlashFwdKernel {
   using Config = Config_;
@@ -36,9 +34,8 @@ struct FlashFwdKernel {
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
     Scheduler scheduler;
-    KeySplit split{};              // kKeySplit only; inactive: every tile whole
-    float* workspace = nullptr;    // the split's parts and arrival counts (KeySplitWorkspace)
-    KeySplitOutput split_output{}; // where its merged tiles go
+    KeySplit split{};            // kKeySplit only; inactive: every tile whole
+    float* partials = nullptr;   // the split's workspace (key_split_workspace_bytes)
   };
 
   struct SharedStorage {
@@ -50,17 +47,17 @@ struct FlashFwdKernel {
   static constexpr int kNumThreads = Config::kNumThreads;
 
   // A part of the split tail: the normalised fp32 output of its key range and its log-sum-exp, row-major into slot
-  // `slot` of the workspace (KeySplitWorkspace).
+  // `slot` of the workspace ([2·ctas][b_m][d] outputs, then [2·ctas][b_m] log-sum-exps; key_split.hpp).
   template <class FragO, int kRows>
-  CUTE_DEVICE static void store_part(float* workspace, KeySplitWorkspace const& w, int slot, FragO const& tOrO,
-                                     float const (&lse)[kRows], int thread_idx) {
+  CUTE_DEVICE static void store_part(float* partials, int ctas, int slot, FragO const& tOrO, float const (&lse)[kRows],
+                                     int thread_idx) {
     using namespace cute;
     constexpr int kBlockM = Config::kBlockM, kHeadDim = Config::kHeadDim;
     typename Config::TiledMmaPV tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
     Tensor tOcO = thr_mma.partition_C(cO);
-    float* o = workspace + w.output_offset(slot);
+    float* o = partials + std::int64_t{slot} * kBlockM * kHeadDim;
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); i += 2) {  // C fragments hold column pairs (c, c + 1) of one row
       const int row = get<0>(tOcO(i)), col = get<1>(tOcO(i));
@@ -68,7 +65,7 @@ struct FlashFwdKernel {
     }
     Tensor rowcol = make_tensor(tOcO.data(), accumulator_rowcol(tOcO.layout()));
     static_assert(decltype(size<0>(rowcol))::value == kRows);
-    float* part_lse = workspace + w.lse_offset(slot);
+    float* part_lse = partials + std::int64_t{2} * ctas * kBlockM * kHeadDim + std::int64_t{slot} * kBlockM;
     if (thread_idx % 4 == 0) {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) part_lse[get<0>(rowcol(r, 0))] = lse[r];
@@ -120,7 +117,7 @@ struct FlashFwdKernel {
         }
         if constexpr (kKeySplit) {
           if (split) {
-            allow_dependent_grids();  // each CTA's last work: the tail's units and perhaps a merge
+            allow_dependent_grids();  // the combine kernel, which waits for this one to complete
 #pragma unroll 1
             for (int i = 0; i < 2; ++i) {
               const KeyUnit unit = params.split.unit(blockIdx.x, i);
@@ -155,7 +152,6 @@ struct FlashFwdKernel {
       }
       if constexpr (kKeySplit) {
         if (split) {
-          int merges = 0;  // bit i: this CTA stored the last part of its unit i's tile
 #pragma unroll 1
           for (int i = 0; i < 2; ++i) {
             const KeyUnit unit = params.split.unit(blockIdx.x, i);
@@ -163,19 +159,7 @@ struct FlashFwdKernel {
             Mainloop::mma(params.mainloop, smem.mainloop, pipeline_k, pipeline_v, k_state, v_state, tOrO, softmax,
                           scheduler.coord(unit.tile), thread_idx, iteration++, KeyBlocks{unit.begin, unit.end});
             softmax.finalize(tOrO, lse);
-            const KeySplitWorkspace w{params.split.ctas, Config::kBlockM, Config::kHeadDim, params.split.tail_tiles};
-            store_part(params.workspace, w, unit.slot, tOrO, lse, thread_idx);
-            const int j = unit.tile - params.split.whole_tiles();
-            int* arrivals = reinterpret_cast<int*>(params.workspace + w.arrivals_offset());
-            if (count_part<Config::kNumMmaThreads>(arrivals, j, params.split.parts(j), thread_idx)) merges |= 1 << i;
-          }
-          // After both units, so that the merge's registers never share a live range with the mainloop's.
-#pragma unroll 1
-          for (int i = 0; i < 2; ++i) {
-            if (!(merges >> i & 1)) continue;
-            const int tile = params.split.unit(blockIdx.x, i).tile;
-            merge_parts<Config::kBlockM, Config::kHeadDim, Config::kNumMmaThreads>(
-                params.split, params.workspace, tile - params.split.whole_tiles(), scheduler.coord(tile), params.split_output, thread_idx);
+            store_part(params.partials, params.split.ctas, unit.slot, tOrO, lse, thread_idx);
           }
         }
       }

@@ -11,7 +11,7 @@
 #include "attention/flash_fwd.hpp"
 #include "attention/flash_fwd_kernel.hpp"
 #include "attention/flash_fwd_params.hpp"
-#include "attention/key_split_workspace.hpp"
+#include "attention/key_split_combine.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_facts.hpp"
 #include "common/launch.cuh"
@@ -22,11 +22,11 @@ namespace xstage::attention::detail {
 // With `inputs` set (inputs that arrive while the kernel runs) the tiles go in arrival order instead, on the SMs the
 // inputs' pusher leaves. `options.early_start`: the kernel may start while the one before it finishes (it waits for
 // it before its first load; common/grid_dependency.cuh). `split` (kernels built with kKeySplit): the split tail, whose
-// parts and arrival counts go to `workspace`; its launch has one CTA per SM.
+// parts go to `partials`; its launch has one CTA per SM. Returns the tile scheduler the kernel walks.
 template <class Kernel>
-void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
+StaticPersistentTileScheduler launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue::Params const& epilogue, int m_block_stride,
                              DeviceFacts const& device, cudaStream_t stream, InputArrivals const& inputs = {},
-                             LaunchOptions options = {}, KeySplit split = {}, float* workspace = nullptr) {
+                             LaunchOptions options = {}, KeySplit split = {}, float* partials = nullptr) {
   using Config = typename Kernel::Config;
   const FlashFwdProblem& p = args.problem;
   const bool arrival_order = inputs.flags != nullptr;
@@ -34,7 +34,7 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   typename Kernel::Params params{
       Kernel::Mainloop::make_params(args, inputs), epilogue,
       StaticPersistentTileScheduler{ceil_div(p.seqlen_q, Config::kBlockM), p.heads, p.batch, arrival_order ? 1 : m_block_stride, arrival_order},
-      split, workspace, KeySplitOutput{args.o, p.o, args.lse, p.seqlen_q, p.heads}};
+      split, partials};
 
   auto kernel = &flash_fwd_sm90_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSharedStorageBytes;
@@ -44,21 +44,26 @@ void launch_flash_fwd_kernel(FlashFwdArgs const& args, typename Kernel::Epilogue
   const int grid = split.active() ? split.ctas
                                   : StaticPersistentTileScheduler::grid_size(params.scheduler.num_tiles(), device.sm_count - inputs.reserved_sms);
   launch_kernel(kernel, grid, Kernel::kNumThreads, smem_bytes, options, stream, params);
+  return params.scheduler;
 }
 
-// The plain forward: where the launch splits its tail (key_split.hpp), with a stream-ordered workspace.
+// The plain forward: where the launch splits its tail (key_split.hpp), then the combine kernel, both on `stream` with
+// a stream-ordered workspace.
 template <class Kernel>
 void launch_flash_fwd(FlashFwdArgs const& args, FwdTileConfigId config, DeviceFacts const& device, cudaStream_t stream) {
   using Config = typename Kernel::Config;
+  const FlashFwdProblem& p = args.problem;
   const KeySplit split = flash_fwd_key_split(args, config, device.sm_count);
   const auto epilogue = Kernel::Epilogue::make_params(args);
   if (!split.active()) {
     launch_flash_fwd_kernel<Kernel>(args, epilogue, 1, device, stream);
     return;
   }
-  float* workspace = key_split_workspace_alloc({split.ctas, Config::kBlockM, Config::kHeadDim, split.tail_tiles}, stream);
-  launch_flash_fwd_kernel<Kernel>(args, epilogue, 1, device, stream, {}, {}, split, workspace);
-  key_split_workspace_free(workspace, stream);
+  float* partials = key_split_workspace_alloc(key_split_workspace_bytes(split.ctas, Config::kBlockM, Config::kHeadDim), stream);
+  const StaticPersistentTileScheduler scheduler = launch_flash_fwd_kernel<Kernel>(args, epilogue, 1, device, stream, {}, {}, split, partials);
+  KeySplitCombine combine{split, scheduler, Config::kBlockM, Config::kHeadDim, p.seqlen_q, p.heads, partials, args.o, p.o, args.lse};
+  launch_key_split_combine(combine, stream);
+  key_split_workspace_free(partials, stream);
 }
 
 template <FwdTileConfigId kId>

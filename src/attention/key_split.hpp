@@ -9,11 +9,10 @@
 // most (R < G, so a range is shorter than a tile): a CTA has at most two units, and each is a "part" of its tile.
 //
 // A part's output is the normalised O of its key range and its log-sum-exp, in fp32 in a workspace slot (2 per CTA:
-// its first and second unit). The CTA that stores a tile's last part (counted in the workspace's arrival counts,
-// zeroed before the launch) merges the tile's parts in CTA order (key_split_merge.cuh),
+// its first and second unit); the combine kernel (key_split_combine.cu) merges a tile's parts in CTA order,
 //   lse = log Σ_k exp(lse_k),   O = Σ_k exp(lse_k − lse) · O_k,
-// and stores the bf16 tile: the same arithmetic in the same order whichever CTA comes last. Everything here is plain
-// arithmetic that the kernel, the launcher and the CPU tests share (tests/attention/key_split_test.cpp walks it).
+// and stores the bf16 tile. Everything here is plain arithmetic that the kernel, the combine kernel, the launcher
+// and the CPU tests share (tests/attention/key_split_test.cpp walks it).
 #pragma once
 
 #include <cstdint>
@@ -78,17 +77,12 @@ struct KeySplit {
   XSTAGE_HD constexpr int slot_of(int cta, int j) const {
     return range_begin(cta) >= std::int64_t{j} * key_blocks ? 2 * cta : 2 * cta + 1;
   }
-  // How many parts tail tile j has: the arrival count at which its last part has been stored.
-  XSTAGE_HD constexpr int parts(int j) const {
-    int n = 0;
-    for (int cta = first_cta(j); cta <= last_cta(j); ++cta) n += holds_steps(cta) ? 1 : 0;
-    return n;
-  }
 };
 
 // The decision below in key-block steps of one CTA: a tile takes N + kKeyTileOverheadSteps (its Q load and first
 // product before the pipeline fills, its last P·V and its store), and a split costs kKeySplitCostSteps beyond its
-// tail's own ⌈R·N/G⌉ steps (a CTA's second unit, the parts' stores, the merge). Fitted on one H100 (results/h100/attention/2026-12-07-split-tail/, run2): against this model with a
+// tail's own ⌈R·N/G⌉ steps (a CTA's second unit, the parts' stores, the combine kernel, ~10 µs on an H100, and the
+// gaps around it). Fitted on one H100 (results/h100/attention/2026-12-07-split-tail/, run2): against this model with a
 // cost of 0 the split's cost came to 14–17 steps at the shapes with 29–103 key blocks a tile (18–37 at 128–256, where
 // the tail's saving is several times larger; `analyze.py` there prints it per point).
 inline constexpr double kKeyTileOverheadSteps = 2.0;
@@ -125,20 +119,9 @@ constexpr KeySplit plan_key_split(KeySplitMode mode, std::int64_t tiles, int key
   return {static_cast<int>(tiles), tail, key_blocks, sms};
 }
 
-// The workspace of a split launch, in 4-byte words: per slot (2 per CTA) b_m × d fp32 outputs, then per slot b_m fp32
-// log-sum-exps, then one int32 arrival count per tail tile (zeroed before the launch).
-struct KeySplitWorkspace {
-  int ctas = 0;
-  int block_m = 0;
-  int head_dim = 0;
-  int tail_tiles = 0;
-
-  XSTAGE_HD constexpr std::int64_t output_offset(int slot) const { return std::int64_t{slot} * block_m * head_dim; }
-  XSTAGE_HD constexpr std::int64_t lse_offset(int slot) const {
-    return std::int64_t{2} * ctas * block_m * head_dim + std::int64_t{slot} * block_m;
-  }
-  XSTAGE_HD constexpr std::int64_t arrivals_offset() const { return std::int64_t{2} * ctas * block_m * (head_dim + 1); }
-  XSTAGE_HD constexpr std::int64_t bytes() const { return (arrivals_offset() + tail_tiles) * 4; }
-};
+// The workspace a split needs: per slot (2 per CTA) b_m × d fp32 outputs and b_m fp32 log-sum-exps.
+constexpr std::int64_t key_split_workspace_bytes(int ctas, int block_m, int head_dim) {
+  return std::int64_t{2} * ctas * block_m * (head_dim + 1) * 4;
+}
 
 }  // namespace xstage::attention

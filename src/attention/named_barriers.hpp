@@ -8,7 +8,6 @@ namespace xstage::attention {
 enum class FwdNamedBarrier : uint32_t {
   kEpilogue = 0,        // all consumer threads, around the shared-memory staging of O
   kTurnWarpGroup0 = 1,  // wgmma issue turns of consumer warpgroups 0, 1, 2 (ids 1..3)
-  kKeySplitArrival = 4, // all consumer threads, around a split-tail part's arrival count (key_split_merge.cuh)
 };
 
 // Round-robin issue turns among kGroups consumer warpgroups (a ping-pong for two): warpgroup w waits

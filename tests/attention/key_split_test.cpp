@@ -1,7 +1,6 @@
 // The split tail (attention/key_split.hpp): every key block of every tile is computed by exactly one unit, each CTA
-// has at most two units, the merge's list of a tile's parts is exactly the units that computed it, in CTA order, its
-// part count the arrival count that completes the tile, and the launcher's rule splits where the wave arithmetic
-// says it pays.
+// has at most two units, the combine kernel's list of a tile's parts is exactly the units that computed it, in CTA
+// order, and the launcher's rule splits where the wave arithmetic says it pays.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,8 +51,7 @@ void expect_cover(int tiles, int key_blocks, int ctas, int tail) {
     std::vector<int> listed;
     for (int cta = s.first_cta(j); cta <= s.last_cta(j); ++cta)
       if (s.holds_steps(cta)) listed.push_back(s.slot_of(cta, j));
-    EXPECT_EQ(listed, slots[j]) << "tail tile " << j << ": the merge's parts";
-    EXPECT_EQ(s.parts(j), static_cast<int>(slots[j].size())) << "tail tile " << j << ": its arrival count when complete";
+    EXPECT_EQ(listed, slots[j]) << "tail tile " << j << ": the combine kernel's parts";
   }
 }
 
@@ -73,7 +71,6 @@ TEST(KeySplit, FewerStepsThanCtasLeaveSomeWithout) {
   for (int cta = 0; cta < 132; ++cta) units += !s.unit(cta, 0).empty();
   EXPECT_EQ(units, 1);
   EXPECT_EQ(s.first_cta(0), s.last_cta(0));
-  EXPECT_EQ(s.parts(0), 1);
 }
 
 TEST(KeySplit, RuleSplitsWhereTheTailIsLong) {
@@ -111,12 +108,8 @@ TEST(KeySplit, PlanFollowsTheMode) {
   EXPECT_EQ(s.whole_tiles(), 0);
 }
 
-TEST(KeySplit, WorkspaceHoldsTwoPartsPerCtaThenTheCounts) {
-  const KeySplitWorkspace w{132, 192, 64, 48};
-  EXPECT_EQ(w.output_offset(1), 192 * 64);
-  EXPECT_EQ(w.lse_offset(0), 2 * 132 * 192 * 64);  // after every slot's outputs
-  EXPECT_EQ(w.lse_offset(263) + 192, w.arrivals_offset());  // the last slot's log-sum-exps end where the counts begin
-  EXPECT_EQ(w.bytes(), (2 * 132 * 192 * 65 + 48) * 4);
+TEST(KeySplit, WorkspaceHoldsTwoPartsPerCta) {
+  EXPECT_EQ(key_split_workspace_bytes(132, 192, 64), 2 * 132 * 192 * 65 * 4);
 }
 
 }  // namespace

@@ -1,10 +1,16 @@
-"""The split tail on an H200 (README.md here): call1's checks (the split cases' errors, main's build against the
-merge's), call2's split modes per build (auto / off and always / off in one process, in turn; the split's cost in
-key-block steps per point), call3's held-out shapes and the fused epilogue against FA-only at P = 1.
-    python3 analyze.py DIR    (DIR: call1/, call2/, call3/ unpacked)"""
-import glob, json, os, re, statistics, sys
+"""The split tail's merge runs (README.md here): call1's checks (the split cases' errors, main's build against the
+merge build's), call2's split modes per build (auto / off and always / off in one process, in turn; the split's cost
+in key-block steps per point), call3's held-out shapes and the fused epilogue against FA-only at P = 1; held_out's
+shapes with main's build.
+    python3 analyze.py merge1/      (a run's folder: its call*.tar.xz or held_out.tar.xz are unpacked into a temporary one)"""
+import glob, json, os, re, sys, tarfile, tempfile
 
-d = sys.argv[1]
+run = sys.argv[1]
+d = tempfile.mkdtemp()
+for t in glob.glob(os.path.join(run, "*.tar.xz")):
+    name = os.path.basename(t)[: -len(".tar.xz")]
+    with tarfile.open(t) as tf:
+        tf.extractall(os.path.join(d, "call3" if name == "held_out" else name), filter="data")
 
 
 def load(path):
@@ -68,8 +74,35 @@ if os.path.isdir(c2):
     modes(sorted(glob.glob(os.path.join(c2, "grid_*.json"))), "call2 grid")
 c3 = os.path.join(d, "call3")
 if os.path.isdir(c3):
-    modes(sorted(glob.glob(os.path.join(c3, "held_*.json"))), "call3 held-out shapes (merge build)")
+    held = sorted(glob.glob(os.path.join(c3, "held_*.json")), key=lambda f: (re.sub(r"_r\d", "", f), f))
+    modes(held, "held-out shapes")
     for f in sorted(glob.glob(os.path.join(c3, "p1_r*.json"))):
         print(f"\n{os.path.basename(f)}: fused / FA-only at P = 1")
         for p in load(f)["results"]:
             print(f"  {p['heads']:3} x {p['seqlen']:6} x {p['head_dim']:3}  fused (TMA) / FA-only {p['fused_tma_over_FA_median_of_trials']:.3f}")
+
+# call3's rounds: main's build (the split by the launcher's rule) against FlashAttention-4 and cuDNN, ratio of the
+# medians of the same run; the geometric mean over the nine shapes.
+for r in ("r1", "r2"):
+    t = os.path.join(d, "call3", r, "attention_variants.tar.xz")
+    if not os.path.exists(t):
+        continue
+    x = os.path.join(d, "call3", r + "_x")
+    with tarfile.open(t) as tf:
+        tf.extractall(x, filter="data")
+    pts = load(os.path.join(x, "bench.json"))["points"]
+    by = {}
+    for p in pts:
+        by.setdefault(p["shape"], {})[p["backend"]] = p
+    print(f"\ncall3 {r}: shape [B, M, H, d]  main TFLOP/s  merge/main  main/FA4  main/cuDNN")
+    logs = []
+    for shape, b in by.items():
+        m = b["xstage:main"]
+        row = f"  {shape:24} [{m['batch']}, {m['seqlen']}, {m['heads']}, {m['head_dim']}]  {m['tflops']:6.0f}"
+        row += f"  {m['time_ms'] / b['xstage:merge']['time_ms']:.3f}  {b['fa4']['time_ms'] / m['time_ms']:.3f}  {b['cudnn']['time_ms'] / m['time_ms']:.3f}"
+        logs.append(b["fa4"]["time_ms"] / m["time_ms"])
+        print(row)
+    g = 1.0
+    for v in logs:
+        g *= v
+    print(f"  geometric mean main/FA4 {g ** (1 / len(logs)):.3f}")

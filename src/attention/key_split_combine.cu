@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kCombineThreads = 256;
 constexpr int kColumnsPerThread = 8;  // one 16-byte bf16 store
+constexpr int kBatchedParts = 4;      // a tile's parts loaded at once (most tiles have 2-4)
 
 // Tail tile blockIdx.x, rows from blockIdx.y · (kCombineThreads / pieces): one row's eight columns a thread,
 // lse = log Σ_k exp(lse_k) over the tile's parts (in CTA order) and O = Σ_k exp(lse_k − lse) O_k. One item a thread,
@@ -34,20 +35,44 @@ __global__ void __launch_bounds__(kCombineThreads) key_split_combine_kernel(KeyS
   const int first = c.split.first_cta(j), last = c.split.last_cta(j);
   const std::int64_t part_floats = std::int64_t{c.block_m} * c.head_dim;
   const float* part_lse = c.partials + std::int64_t{2} * c.split.ctas * part_floats;
+  auto output = [&](std::int64_t slot) {
+    return reinterpret_cast<const float4*>(c.partials + slot * part_floats + std::int64_t{r} * c.head_dim + col);
+  };
   float m = -INFINITY;
-  for (int cta = first; cta <= last; ++cta)
-    if (c.split.holds_steps(cta)) m = fmaxf(m, part_lse[std::int64_t{c.split.slot_of(cta, j)} * c.block_m + r]);
   float acc[kColumnsPerThread] = {};
   float sum = 0.f;
-  for (int cta = first; cta <= last; ++cta) {
-    if (!c.split.holds_steps(cta)) continue;
-    const std::int64_t slot = c.split.slot_of(cta, j);
-    const float w = expf(part_lse[slot * c.block_m + r] - m);
+  auto add = [&](float w, float4 a, float4 b) {
     sum += w;
-    const float4* o = reinterpret_cast<const float4*>(c.partials + slot * part_floats + std::int64_t{r} * c.head_dim + col);
-    const float4 a = o[0], b = o[1];
     acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * a.z, acc[3] += w * a.w;
     acc[4] += w * b.x, acc[5] += w * b.y, acc[6] += w * b.z, acc[7] += w * b.w;
+  };
+  // Where every CTA holds steps (the tail has at least as many steps as CTAs), the tile's parts are CTAs first .. last;
+  // up to kBatchedParts of them are loaded all at once, so that the item costs one round trip to the L2 (a loop that
+  // loads a part's values where it uses them waits for each in turn).
+  const int parts = last - first + 1;
+  if (c.split.tail_steps() >= c.split.ctas && parts <= kBatchedParts) {
+    float lse[kBatchedParts];
+    float4 lo[kBatchedParts], hi[kBatchedParts];
+#pragma unroll
+    for (int i = 0; i < kBatchedParts; ++i) {
+      if (i >= parts) continue;
+      const std::int64_t slot = c.split.slot_of(first + i, j);
+      lse[i] = part_lse[slot * c.block_m + r], lo[i] = output(slot)[0], hi[i] = output(slot)[1];
+    }
+#pragma unroll
+    for (int i = 0; i < kBatchedParts; ++i)
+      if (i < parts) m = fmaxf(m, lse[i]);
+#pragma unroll
+    for (int i = 0; i < kBatchedParts; ++i)
+      if (i < parts) add(expf(lse[i] - m), lo[i], hi[i]);
+  } else {  // many parts, or CTAs without steps among them: the same sums, part by part
+    for (int cta = first; cta <= last; ++cta)
+      if (c.split.holds_steps(cta)) m = fmaxf(m, part_lse[std::int64_t{c.split.slot_of(cta, j)} * c.block_m + r]);
+    for (int cta = first; cta <= last; ++cta) {
+      if (!c.split.holds_steps(cta)) continue;
+      const std::int64_t slot = c.split.slot_of(cta, j);
+      add(expf(part_lse[slot * c.block_m + r] - m), output(slot)[0], output(slot)[1]);
+    }
   }
   const float inv = 1.f / sum;
   __align__(16) __nv_bfloat16 out[kColumnsPerThread];

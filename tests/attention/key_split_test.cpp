@@ -42,6 +42,8 @@ void expect_cover(int tiles, int key_blocks, int ctas, int tail) {
       steps += u.end - u.begin;
     }
     if (s.unit(cta, 0).empty()) EXPECT_TRUE(s.unit(cta, 1).empty()) << "cta " << cta << ": a second unit without a first";
+    // The combine kernel takes a tile's parts to be CTAs first_cta .. last_cta wherever the tail has a step per CTA.
+    if (s.tail_steps() >= ctas) EXPECT_TRUE(s.holds_steps(cta)) << "cta " << cta << " holds no step";
     most = std::max(most, steps);
     least = std::min(least, steps);
   }

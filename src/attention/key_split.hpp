@@ -86,7 +86,9 @@ struct KeySplit {
 // cost of 0 the split's cost came to 14–17 steps at the shapes with 29–103 key blocks a tile (18–37 at 128–256, where
 // the tail's saving is several times larger; `analyze.py` there prints it per point). Checked on eight shapes outside
 // the fit (results/h100/attention/2026-12-07-split-tail-merge/, held_out/): each split gained within 0.007 of the
-// prediction, and no declined split would have gained more than 0.8%.
+// prediction, and no declined split would have gained more than 0.8%. Kept after the combine kernel's loads were
+// batched (results/h100/attention/2026-12-07-combine-batched/: 12–15 steps at N = 29–52, 15–24 at 128–205): with 13
+// the rule would split [1, 16384, 12, 64] and [2, 8192, 24, 64], where a split gains 0.1–0.8%.
 inline constexpr double kKeyTileOverheadSteps = 2.0;
 inline constexpr double kKeySplitCostSteps = 16.0;
 // The least predicted gain for which the launcher splits.

@@ -31,7 +31,8 @@ struct KeySplitCombine {
   float* lse = nullptr;  // optional [batch, heads, seqlen_q]
 };
 
-// One CTA per split tile and 256 of its (row, 8 columns) items, launched to start early: it waits for the forward kernel before it reads the parts.
+// One CTA per split tile and 256 of its (row, 8 columns) items, one a thread, launched to start early: it waits for the
+// forward kernel before it reads the parts, and loads all of an item's parts at once where there are at most four.
 void launch_key_split_combine(KeySplitCombine const& c, cudaStream_t stream);
 
 }  // namespace xstage::attention

@@ -53,12 +53,8 @@ struct FlashFwdKernel {
                                      int thread_idx) {
     using namespace cute;
     constexpr int kBlockM = Config::kBlockM, kHeadDim = Config::kHeadDim;
-    // The fragment's coordinates from the thread index read here, so that ptxas computes them where they are stored
-    // instead of holding them across the units' key-block loops (it spilled them there).
-    int opaque_thread_idx = thread_idx;
-    asm volatile("" : "+r"(opaque_thread_idx));
     typename Config::TiledMmaPV tiled_mma;
-    auto thr_mma = tiled_mma.get_thread_slice(opaque_thread_idx);
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
     Tensor tOcO = thr_mma.partition_C(cO);
     float* o = partials + std::int64_t{slot} * kBlockM * kHeadDim;

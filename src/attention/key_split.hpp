@@ -81,14 +81,9 @@ struct KeySplit {
 
 // The decision below in key-block steps of one CTA: a tile takes N + kKeyTileOverheadSteps (its Q load and first
 // product before the pipeline fills, its last P·V and its store), and a split costs kKeySplitCostSteps beyond its
-// tail's own ⌈R·N/G⌉ steps (a CTA's second unit, the parts' stores, the combine kernel, ~10 µs on an H100, and the
-// gaps around it). Fitted on one H100 (results/h100/attention/2026-12-07-split-tail/, run2): against this model with a
-// cost of 0 the split's cost came to 14–17 steps at the shapes with 29–103 key blocks a tile (18–37 at 128–256, where
-// the tail's saving is several times larger; `analyze.py` there prints it per point). Checked on eight shapes outside
-// the fit (results/h100/attention/2026-12-07-split-tail-merge/, held_out/): each split gained within 0.007 of the
-// prediction, and no declined split would have gained more than 0.8%. Kept after the combine kernel's loads were
-// batched (results/h100/attention/2026-12-07-combine-batched/: 12–15 steps at N = 29–52, 15–24 at 128–205): with 13
-// the rule would split [1, 16384, 12, 64] and [2, 8192, 24, 64], where a split gains 0.1–0.8%.
+// tail's own ⌈R·N/G⌉ steps (a CTA's second unit, the parts' stores, the combine kernel and the gap before it). The 16
+// was fitted on one H100 and checked on eight shapes outside the fit; the measurements, and why it stayed 16 once the
+// combine kernel got cheaper, are in docs/ATTENTION.md, "The split tail".
 inline constexpr double kKeyTileOverheadSteps = 2.0;
 inline constexpr double kKeySplitCostSteps = 16.0;
 // The least predicted gain for which the launcher splits.

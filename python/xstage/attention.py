@@ -2,7 +2,8 @@
 
 Registered as torch.ops.xstage.flash_attention (xstage._ops: torch.library) with a fake implementation, so
 torch.compile(fullgraph=True) traces it without graph breaks, and it runs on the current CUDA stream
-without host synchronisation or allocations other than its outputs, so CUDA graphs capture it. CUDA tensors
+without host synchronisation, allocating only its outputs and, where the launch splits its last wave, a
+stream-ordered workspace from a pool the C library keeps (docs/PYTHON.md), so CUDA graphs capture it. CUDA tensors
 go to libxstage_torch.so's C++ kernel where torch has the stable ABI (xstage._ops), else to
 _flash_attention_impl below.
 """

@@ -390,6 +390,129 @@ def test_cpp_kernel_and_python_path_agree():
     assert torch.equal(side, out)
 
 
+def sm_count():
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def split_shape(d):
+    """(batch, seqlen_q, seqlen_k, heads, head_dim) whose one, partial wave of 128-row tiles (about three quarters
+    of this GPU's SMs) is ~100 key blocks long: the launcher's rule splits it by key range over every SM on any SM
+    count (docs/ATTENTION.md, "The split tail"). seqlen_q and seqlen_k are no multiples of a tile or a key block."""
+    b, h = 2, 3
+    tiles_per_head = max(1, (3 * sm_count() // 4) // (b * h))
+    return b, tiles_per_head * 128 - 50, 19163, h, d
+
+
+def cuda_kernels(fn):
+    """The names of the CUDA kernels that `fn` launches (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def splits(q, k, v):
+    """Whether xstage.flash_attention on these inputs launches the split tail's combine kernel, and its forward kernel
+    once (a check that the profiler sees xstage's kernels at all)."""
+    names = cuda_kernels(lambda: xstage.flash_attention(q, k, v))
+    assert sum("flash_fwd_sm90_kernel" in n for n in names) == 1, names
+    return any("key_split_combine" in n for n in names)
+
+
+def reference_by_head(q, k, v, scale):
+    """reference() one (batch, head) at a time: the split shapes' fp32 score matrices would not fit at once."""
+    b, m, h, d = q.shape
+    out = torch.empty(b, m, h, d, device=q.device, dtype=torch.float32)
+    lse = torch.empty(b, h, m, device=q.device, dtype=torch.float32)
+    for i in range(b):
+        for j in range(h):
+            o, l = reference(q[i : i + 1, :, j : j + 1], k[i : i + 1, :, j : j + 1], v[i : i + 1, :, j : j + 1], scale)
+            out[i, :, j] = o[0, :, 0]
+            lse[i, j] = l[0, 0]
+    return out, lse
+
+
+@hopper
+@pytest.mark.parametrize("layout", ["contiguous", "padded_heads", "bhsd"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_split_tail_against_fp32_reference(d, layout):
+    """A launch whose last wave the launcher splits: the combine kernel runs, and the output and log-sum-exp are
+    those of unsplit attention (the fp32 reference; SDPA as the yardstick); a shape of one whole wave does not split."""
+    b, m, n, h, d = split_shape(d)
+    q, k, v = make_qkv(b, m, n, h, d, layout, seed=200 + d + LAYOUTS.index(layout))
+    assert splits(q, k, v), f"{(b, m, n, h, d)} on {sm_count()} SMs was expected to split"
+    scale = 1.0 / math.sqrt(d)
+    out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    ref_out, ref_lse = reference_by_head(q, k, v, scale)
+    assert torch.isfinite(out).all() and out.is_contiguous()
+    err = rel_l2(out, ref_out)
+    err_sdpa = rel_l2(sdpa(q, k, v, scale), ref_out)
+    assert err <= REL_L2_MAX, f"rel L2 {err:.2e} (SDPA: {err_sdpa:.2e})"
+    assert err <= 2 * err_sdpa + 1e-3, f"xstage {err:.2e} vs SDPA {err_sdpa:.2e}"
+    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
+    assert torch.equal(xstage.flash_attention(q, k, v), out)  # without the log-sum-exp: the same output
+    whole = make_qkv(1, 128 * sm_count(), n, 1, d, layout, seed=1)  # every wave full: nothing to split
+    assert not splits(*whole)
+
+
+@hopper
+def test_split_tail_cuda_graph_and_memory():
+    """The split launch captured in a CUDA graph (its workspace then owned by the graph) and replayed on fresh inputs
+    bit-equal to eager, and 1000 eager split calls: no hang, torch's memory and the device's free memory unchanged
+    (the workspace comes from a pool that xstage keeps)."""
+    b, m, n, h, d = split_shape(128)
+    q, k, v = make_qkv(b, m, n, h, d, "contiguous", seed=31)
+    assert splits(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            xstage.flash_attention(q, k, v, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    for seed in range(3):
+        for dst, src in zip((q, k, v), make_qkv(b, m, n, h, d, "contiguous", seed=300 + seed)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        want_out, want_lse = xstage.flash_attention(q, k, v, return_lse=True)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    del graph
+    torch.cuda.synchronize()
+    allocated, free = torch.cuda.memory_allocated(), torch.cuda.mem_get_info()[0]
+    start = time.monotonic()
+    for i in range(1000):
+        result = xstage.flash_attention(q, k, v, return_lse=(i % 2 == 0))
+        del result
+    done = torch.cuda.Event()
+    done.record()
+    while not done.query():
+        assert time.monotonic() - start < 120, "1000 split calls did not finish within 120 s"
+        time.sleep(0.005)
+    assert torch.cuda.memory_allocated() == allocated
+    assert torch.cuda.mem_get_info()[0] == free
+
+
+@hopper
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_split_tail_torch_compile(mode):
+    """torch.compile(fullgraph=True) over a split launch (reduce-overhead: recorded in cudagraph trees) against eager."""
+    torch._dynamo.reset()
+    b, m, n, h, d = split_shape(64)
+    q, k, v = make_qkv(b, m, n, h, d, "bhsd", seed=41)
+    assert splits(q * 0.5, k, v)
+    eager = block(q, k, v)
+    compiled = torch.compile(block, fullgraph=True, mode=mode)
+    for _ in range(3):
+        got = compiled(q, k, v)
+    torch.testing.assert_close(got, eager, atol=1e-2, rtol=1e-2)
+
+
 @hopper
 def test_errors_on_cuda_tensors():
     q = torch.zeros(1, 64, 2, 64, device="cuda", dtype=BF16)

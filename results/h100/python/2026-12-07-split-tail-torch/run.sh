@@ -14,7 +14,6 @@ mkdir -p "$RESULTS"
 require_build "$X" "$XSTAGE_C_LIBRARY"
 [ -z "${XSTAGE_WHEELS:-}" ] || use_wheels "$XSTAGE_WHEELS" || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$RESULTS/gpu.txt"
-git rev-parse HEAD > "$RESULTS/commit.txt" 2>/dev/null || true
 python3 -c "import torch, diffusers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'diffusers', diffusers.__version__)" \
   > "$RESULTS/versions.txt" 2>&1
 failures=0
@@ -34,4 +33,6 @@ run attention_check 120 "$X" attention check --out "$RESULTS/attention_check.jso
 run ulysses_check 60 "$X" attention ulysses check --virtual-ranks 2 --quick --device-timeout-s 5
 run moe_check 150 "$X" moe check --gpus 1 --out "$RESULTS/moe_check.json"
 echo "failures: $failures" | tee -a "$RESULTS/summary.txt"
+# The logs and test reports in one archive (results/README.md), beside gpu.txt, summary.txt and the checks' JSONs.
+(cd "$RESULTS" && tar -cf - ./*.log ./*.xml versions.txt | xz -9e > run.tar.xz && rm -f ./*.log ./*.xml versions.txt)
 exit "$failures"

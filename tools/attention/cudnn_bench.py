@@ -26,7 +26,9 @@ the next capture's torch.cuda.empty_cache() freed that memory under the graph
 cuDNN and FA4 replayed in turn since (results/h200/attention/2026-12-01-fa4-gap/). `--timing eager`: each timing is back-to-back eager calls filling >= 2 ms,
 which matches the graph replay for kernels of >= 0.1 ms (the C ABI's host time per call is ~13 us).
 Shapes: the grid (--head-dims x --heads x --seqlens, batch --batch) or `--shapes B,M,H,d;...`, `--shapes dit` for
-the DiT shapes of docs/ATTENTION.md.
+the DiT shapes of docs/ATTENTION.md; `B,M,H,d,N` gives the keys their own length N (M queries against N keys, FLOPs
+4·M·N·d·H·B), so that one shape timed at several N splits a backend's time into a part per key block and a part per
+tile.
 """
 import argparse
 import ctypes
@@ -138,15 +140,15 @@ def output_bhmd(name, result):
 
 
 def parse_shapes(text):
-    """`dit` or `B,M,H,d;B,M,H,d...` -> [(name, (B, M, H, d))]."""
+    """`dit` or `B,M,H,d[,N];...` -> [(name, (B, M, H, d, N))]: N, the key length, is M unless given."""
     if text == "dit":
-        return list(DIT_SHAPES.items())
+        return [(name, (*dims, dims[1])) for name, dims in DIT_SHAPES.items()]
     shapes = []
     for item in text.split(";"):
         dims = ints(item)
-        if len(dims) != 4 or min(dims) < 1:
-            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not B,M,H,d with positive sizes")
-        shapes.append(("x".join(map(str, dims)), tuple(dims)))
+        if len(dims) not in (4, 5) or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not B,M,H,d or B,M,H,d,N with positive sizes")
+        shapes.append(("x".join(map(str, dims)), tuple(dims) if len(dims) == 5 else (*dims, dims[1])))
     return shapes
 
 
@@ -171,7 +173,8 @@ def markdown_table(points, backends):
             if t0:
                 logs[b].append(math.log(t / t0))
         dims = next(p for p in points if p["shape"] == shape)
-        label = f"{shape} [{dims['batch']}, {dims['seqlen']}, {dims['heads']}, {dims['head_dim']}]"
+        keys = f", N = {dims['seqlen_k']}" if dims.get("seqlen_k", dims["seqlen"]) != dims["seqlen"] else ""
+        label = f"{shape} [{dims['batch']}, {dims['seqlen']}, {dims['heads']}, {dims['head_dim']}]{keys}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append(f"| geomean vs {base} | " + " | ".join(f"{math.exp(sum(v) / len(v)):.3f}" if v else "" for v in logs.values()) + " |")
     worst = {b: max((p["rel_l2_vs_first"] for p in points if p["backend"] == b and "rel_l2_vs_first" in p), default=None)
@@ -233,7 +236,8 @@ def main():
                          "then follows every other equally often)")
     ap.add_argument("--warmup-ms", type=float, default=200.0)
     ap.add_argument("--shapes", type=parse_shapes, default=None,
-                    help="'dit' or 'B,M,H,d;...' instead of the grid of --head-dims, --heads, --seqlens, --batch")
+                    help="'dit' or 'B,M,H,d[,N];...' (N: the key length, M unless given) instead of the grid of --head-dims, --heads, "
+                         "--seqlens, --batch")
     ap.add_argument("--backends", default="cudnn,xstage",
                     help="comma-separated: cudnn, flash, fa4, xstage, xstage:NAME (a --xstage-lib), taking turns")
     ap.add_argument("--xstage-lib", action="append", default=[], metavar="NAME=PATH",
@@ -263,7 +267,7 @@ def main():
         ap.error(f"--backends: unknown {', '.join(unknown)} (choose from {', '.join(known)})")
     libs = {name: load_xstage_library(path) for name, path in libs.items()}
     if args.shapes is None:
-        args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d))
+        args.shapes = [(f"{args.batch}x{m}x{h}x{d}", (args.batch, m, h, d, m))
                        for d in args.head_dims for h in args.heads for m in args.seqlens]
 
     def make_call(name, q, k, v, shared):
@@ -289,18 +293,17 @@ def main():
     print(f"{'backend':>14} {'shape':>22} {'time_ms':>12} {'TFLOP/s':>10}")
     points = []
     first = True
-    for label, (b, m, h, d) in args.shapes:
+    for label, (b, m, h, d, n) in args.shapes:
         gen = torch.Generator(device=dev).manual_seed(1234)
-        shape = (b, h, m, d)
         q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32).mul_(2).sub_(1)
-                   .to(torch.bfloat16) for _ in range(3))
-        flops = 4.0 * m * m * d * h * b
+                   .to(torch.bfloat16) for shape in ((b, h, m, d), (b, h, n, d), (b, h, n, d)))
+        flops = 4.0 * m * n * d * h * b
         # Each backend's call (and the tensors it prepared) lives as long as its graph: every capture begins with
         # torch.cuda.empty_cache(), which would return a dropped call's memory to the driver under its graph.
         units, records, calls, shared = {}, {}, {}, {}
         reference = None  # the first backend's output: every other one is compared with it
         for name in args.backends.split(","):
-            rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "batch": b}
+            rec = {"backend": name, "shape": label, "head_dim": d, "heads": h, "seqlen": m, "seqlen_k": n, "batch": b}
             records[name] = rec
             try:
                 fn = calls[name] = make_call(name, q, k, v, shared)

@@ -282,18 +282,25 @@ def test_torch_compile_fullgraph_matches_eager(mode):
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
 
 
-@hopper
-def test_cuda_graph_capture_and_replay():
-    q, k, v = make_qkv(2, 1500, 1500, 5, 64, "packed_qkv", seed=5)
+def captured_call(q, k, v):
+    """xstage.flash_attention(q, k, v, return_lse=True) warmed up outside the capture (library load, smem opt-in) and
+    captured in a CUDA graph: (graph, out, lse), the outputs the graph writes at each replay."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside the capture (library load, smem opt-in)
+    with torch.cuda.stream(side):
         for _ in range(2):
             xstage.flash_attention(q, k, v, return_lse=True)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    return graph, out, lse
+
+
+@hopper
+def test_cuda_graph_capture_and_replay():
+    q, k, v = make_qkv(2, 1500, 1500, 5, 64, "packed_qkv", seed=5)
+    graph, out, lse = captured_call(q, k, v)
     for seed in range(3):
         fresh = make_qkv(2, 1500, 1500, 5, 64, "packed_qkv", seed=100 + seed)
         for dst, src in zip((q, k, v), fresh):
@@ -465,15 +472,7 @@ def test_split_tail_cuda_graph_and_memory():
     b, m, n, h, d = split_shape(128)
     q, k, v = make_qkv(b, m, n, h, d, "contiguous", seed=31)
     assert splits(q, k, v)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            xstage.flash_attention(q, k, v, return_lse=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = xstage.flash_attention(q, k, v, return_lse=True)
+    graph, out, lse = captured_call(q, k, v)
     for seed in range(3):
         for dst, src in zip((q, k, v), make_qkv(b, m, n, h, d, "contiguous", seed=300 + seed)):
             dst.copy_(src)

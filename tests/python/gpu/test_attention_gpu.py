@@ -356,6 +356,14 @@ def test_second_device():
     assert rel_l2(out, reference(q, k, v, 1 / 8)[0]) <= REL_L2_MAX
     with pytest.raises(ValueError, match="k is on cuda:0 but q is on cuda:1"):
         xstage.flash_attention(q, k.to("cuda:0"), v)
+    # A launch that splits on cuda:1 (its workspace from that device's pool), the current device still 0.
+    with torch.cuda.device(1):
+        b, m, n, h, d = split_shape(128)
+        q, k, v = make_qkv(b, m, n, h, d, "contiguous", seed=19)
+    assert splits(q, k, v) and torch.cuda.current_device() == 0
+    out = xstage.flash_attention(q, k, v)
+    torch.cuda.synchronize(1)
+    assert rel_l2(out, reference_by_head(q, k, v, 1 / math.sqrt(d))[0]) <= REL_L2_MAX
 
 
 @hopper
@@ -416,7 +424,8 @@ def cuda_kernels(fn):
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
-        torch.cuda.synchronize()
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(device)
     return {e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 

@@ -486,6 +486,7 @@ def test_split_tail_cuda_graph_and_memory():
         for dst, src in zip((q, k, v), make_qkv(b, m, n, h, d, "contiguous", seed=300 + seed)):
             dst.copy_(src)
         out.fill_(float("nan"))
+        lse.fill_(float("nan"))
         graph.replay()
         want_out, want_lse = xstage.flash_attention(q, k, v, return_lse=True)
         torch.cuda.synchronize()

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/flash_fwd.hpp"
 #include "attention/key_split.hpp"
-#include "attention/tile_shapes.hpp"
 
 namespace xstage::attention {
 namespace {
@@ -101,21 +101,19 @@ TEST(KeySplit, RuleSplitsWhereTheTailIsLong) {
 
 // The premise of the Python GPU tests of split launches (tests/python/gpu/test_attention_gpu.py, split_shape): batch
 // 2, 3 heads, ~3/4 of the SMs' worth of 128-row tiles (M = 128·t − 50) and 19163 keys split on any SM count, at both
-// head dims and with the launcher's own tile configuration; one head of exactly one wave of tiles (M = 128·SMs) does
-// not.
+// head dims, as the launcher decides (flash_fwd_tile_config, flash_fwd_key_split); one head of exactly one wave of tiles
+// (M = 128·SMs) does not.
 TEST(KeySplit, PythonTestShapesSplitOnAnySmCount) {
   for (int sms = 8; sms <= 264; ++sms) {
     SCOPED_TRACE("SMs " + std::to_string(sms));
-    const int batch_heads = 2 * 3, seqlen_k = 19163;
-    const int seqlen_q = std::max(1, (3 * sms / 4) / batch_heads) * 128 - 50;
     for (int head_dim : {64, 128}) {
-      const auto plan = [&](int bh, int m) {
-        const FwdTileShape shape = fwd_tile_shape(choose_fwd_tile_config(head_dim, bh, m, sms));
-        const std::int64_t tiles = std::int64_t{bh} * ((m + shape.block_m() - 1) / shape.block_m());
-        return plan_key_split(KeySplitMode::automatic, tiles, (seqlen_k + shape.block_n - 1) / shape.block_n, sms);
+      const auto splits = [&](int batch, int heads, int seqlen_q) {
+        FlashFwdArgs args;
+        args.problem = {batch, seqlen_q, 19163, heads, head_dim};
+        return flash_fwd_key_split(args, flash_fwd_tile_config(args.problem, sms), sms).active();
       };
-      EXPECT_TRUE(plan(batch_heads, seqlen_q).active()) << "d " << head_dim;
-      EXPECT_FALSE(plan(1, 128 * sms).active()) << "d " << head_dim;
+      EXPECT_TRUE(splits(2, 3, std::max(1, (3 * sms / 4) / 6) * 128 - 50)) << "d " << head_dim;
+      EXPECT_FALSE(splits(1, 1, 128 * sms)) << "d " << head_dim;
     }
   }
 }

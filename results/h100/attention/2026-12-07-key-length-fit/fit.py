@@ -38,8 +38,8 @@ def main(paths):
                 groups[(key, p["backend"])].append((p["seqlen_k"], p["time_ms"] * 1e3))
         fits = {}
         for (key, backend), pts in sorted(groups.items()):
-            if len(pts) < 2:
-                continue
+            if len({n for n, _ in pts}) < 2:
+                sys.exit(f"fit.py: {path}: {backend} at {list(key)} has one key length only; a fit needs two or more")
             alpha, beta, worst = fit(pts)
             fits[(key, backend)] = (alpha, beta)
             ns = ",".join(str(n) for n, _ in sorted(pts))
@@ -56,4 +56,6 @@ def main(paths):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: fit.py BENCH.json [BENCH.json ...]")
     main(sys.argv[1:])

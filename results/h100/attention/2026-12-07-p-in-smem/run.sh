@@ -6,10 +6,10 @@
 # (fused bit-identical to serial). Writes everything under RESULTS (default out/). STEPS: which parts, in order
 # (default "rounds checks"); ROUNDS: how many rounds (default 2); SHAPES: those of the rounds (the bench's --shapes).
 #
-#   git apply results/cpu/2026-12-07-p-in-smem/p-in-smem.patch   # in a copy of main, built as NEW_BUILD
-#   bash results/cpu/2026-12-07-p-in-smem/run.sh BASE_BUILD NEW_BUILD
+#   xz -dc results/h100/attention/2026-12-07-p-in-smem/p-in-smem.patch.xz | git apply   # in a copy of main, built as NEW_BUILD
+#   bash results/h100/attention/2026-12-07-p-in-smem/run.sh BASE_BUILD NEW_BUILD
 set -u
-cd "$(dirname "$0")/../../.." || exit 1
+cd "$(dirname "$0")/../../../.." || exit 1
 BASE=${1:?base build directory}; NEW=${2:?new build directory}
 R=${RESULTS:-out}; mkdir -p "$R"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}

@@ -34,4 +34,9 @@ rounds() {
     echo "round $r rc=$?"; tail -n 14 "$R/round$r/attention_variants.log"
   done
 }
-for step in ${STEPS:-rounds checks}; do "$step"; done
+for step in ${STEPS:-rounds checks}; do
+  case $step in
+    rounds|checks) "$step" ;;
+    *) echo "run.sh: unknown step '$step' in STEPS (rounds, checks)" >&2; exit 2 ;;
+  esac
+done

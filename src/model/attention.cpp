@@ -27,13 +27,19 @@ void validate_kernel(const AttentionKernel& k) {
     throw InputError("the remote fraction of the output must be in [0, 1] (got " + std::to_string(k.remote_fraction) + ")");
 }
 
-AttentionPoint audit_point(const PlatformPoint& p, const AttentionKernel& k, double V_bytes, std::int64_t M) {
+// A point's shape: its Q-loop gap and how many tiles, in how many waves of the K producers.
+AttentionPoint point_geometry(const AttentionKernel& k, std::int64_t M) {
   if (M <= 0) throw InputError("sequence length M must be positive (got " + std::to_string(M) + ")");
   AttentionPoint pt;
   pt.M = M;
   pt.G_Qloop_ns = qloop_gap_lower_bound_ns(k.sigma_ns, M, k.b_n);
   pt.tiles = ceil_div(M, k.b_m) * k.heads * k.batch;
   pt.N_t = ceil_div(pt.tiles, k.K);
+  return pt;
+}
+
+AttentionPoint audit_point(const PlatformPoint& p, const AttentionKernel& k, double V_bytes, std::int64_t M) {
+  AttentionPoint pt = point_geometry(k, M);
   pt.dt_ns = issue_overhead_ns(p, V_bytes, pt.G_Qloop_ns);                        // Eq. 18
   pt.dt_critical_ns = positive_part(pt.dt_ns - k.G_QK_ns);
   pt.E_drain_ns = static_cast<double>(pt.N_t) * pt.dt_critical_ns;
@@ -140,12 +146,7 @@ AttentionAudit audit_attention(const PlatformPoint& p, const AttentionKernel& k,
   a.V_bytes = a.B_bytes * k.K * k.remote_fraction;
   if (a.V_bytes <= 0.0) {  // one rank: nothing leaves it, no X-Stage; only the completion latency remains
     for (std::int64_t M : seq_lens) {
-      if (M <= 0) throw InputError("sequence length M must be positive (got " + std::to_string(M) + ")");
-      AttentionPoint pt;
-      pt.M = M;
-      pt.G_Qloop_ns = qloop_gap_lower_bound_ns(k.sigma_ns, M, k.b_n);
-      pt.tiles = ceil_div(M, k.b_m) * k.heads * k.batch;
-      pt.N_t = ceil_div(pt.tiles, k.K);
+      AttentionPoint pt = point_geometry(k, M);
       pt.E_tail_ns = pt.E_res_ns = pt.E_cc_ns = k.T_lat_ns;
       pt.test.verdict = Verdict::piggyback;
       a.points.push_back(pt);

@@ -6,9 +6,10 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab | moe_routing_rule | energy | timing | seeds
+#             moe_ab | moe_routing_rule | energy | timing | seeds | gpu_scripts
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
-#     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`)
+#     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`; seeds and
+#             gpu_scripts call it with the GPU scripts' arguments)
 set -euo pipefail
 
 case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
@@ -132,6 +133,38 @@ PY
     rc=0; CUDA_VISIBLE_DEVICES="" "$xstage" moe bench --gpus 1 --seed 72057594037927935 > "$tmp/out" 2>&1 || rc=$?
     [ "$rc" = 3 ] || { cat "$tmp/out" >&2; fail "xstage moe bench --seed 2^56 - 1: exit $rc, not 3 (no GPU)"; }
     ! grep -n "urandom" scripts/gpu/*.sh | grep -v "^scripts/gpu/env.sh:" || fail "a GPU script draws its own seed" ;;
+  gpu_scripts)  # the GPU scripts (which CI cannot run) still parse, and every option they give xstage is one it takes
+    xstage=${4:?gpu_scripts needs the xstage binary}
+    for f in scripts/*.sh scripts/gpu/*.sh; do bash -n "$f" 2> "$tmp/syntax" || { cat "$tmp/syntax" >&2; fail "$f does not parse"; }; done
+    "$py" - "$xstage" scripts/gpu/*.sh <<'PY' || fail "a GPU script gives xstage an option it does not take (above)"
+import re, subprocess, sys
+xstage, scripts = sys.argv[1], sys.argv[2:]
+helps, bad, calls = {}, [], 0
+for path in scripts:
+    # Logical lines: continuations joined, comments dropped.
+    for line in open(path).read().replace("\\\n", " ").splitlines():
+        line = line.split(" #", 1)[0]
+        for call in re.finditer(r'(?:"\$X"|/xstage")((?:\s+[a-z][a-z-]*)+)(.*)', line):  # $X or a build's xstage
+            sub = call.group(1).split()
+            calls += 1
+            key = " ".join(sub)
+            if key not in helps:
+                out = subprocess.run([xstage, *sub, "--help"], capture_output=True, text=True)
+                if out.returncode != 0 or f"Usage: xstage {key} " not in out.stdout:
+                    bad.append(f"{path}: xstage {key}: no such subcommand")
+                    continue
+                helps[key] = set(re.findall(r"(?<![\w-])--[a-zA-Z][\w-]*", out.stdout))
+            # The options up to the end of this xstage call (a pipe, a redirect, || or ; ends it).
+            args = re.split(r"\s(?:\|\|?|&&|;|>>?|2>)", call.group(2))[0]
+            for opt in re.findall(r"(?<![\w-])--[a-zA-Z][\w-]*", args):
+                if key in helps and opt not in helps[key]:
+                    bad.append(f"{path}: xstage {key} {opt}")
+if calls < 20:
+    bad.append(f"only {calls} xstage calls found in {len(scripts)} GPU scripts: the pattern no longer finds them")
+print("\n".join(bad) or f"{calls} xstage calls in {len(scripts)} GPU scripts, every option known", file=sys.stderr if bad else sys.stdout)
+sys.exit(1 if bad else 0)
+PY
+    ;;
   moe_storer)  # the shipped platform file's storer section is the committed storer bench's; the audit against the phases
     d=results/h200/moe/2026-12-01-storer-phases/after
     run tools/moe/storer_model.py costs $d/storer_bench.json.xz --tile-end storer

@@ -133,35 +133,42 @@ PY
     rc=0; CUDA_VISIBLE_DEVICES="" "$xstage" moe bench --gpus 1 --seed 72057594037927935 > "$tmp/out" 2>&1 || rc=$?
     [ "$rc" = 3 ] || { cat "$tmp/out" >&2; fail "xstage moe bench --seed 2^56 - 1: exit $rc, not 3 (no GPU)"; }
     ! grep -n "urandom" scripts/gpu/*.sh | grep -v "^scripts/gpu/env.sh:" || fail "a GPU script draws its own seed" ;;
-  gpu_scripts)  # the GPU scripts (which CI cannot run) still parse, and every option they give xstage is one it takes
+  gpu_scripts)  # the GPU scripts (which CI cannot run) still parse, and every option they give xstage or a tool is one it takes
     xstage=${4:?gpu_scripts needs the xstage binary}
     for f in scripts/*.sh scripts/gpu/*.sh; do bash -n "$f" 2> "$tmp/syntax" || { cat "$tmp/syntax" >&2; fail "$f does not parse"; }; done
-    "$py" - "$xstage" scripts/gpu/*.sh <<'PY' || fail "a GPU script gives xstage an option it does not take (above)"
+    PYTHONPATH=$src/python "$py" - "$xstage" "$py" scripts/gpu/*.sh <<'PY' || fail "a GPU script gives a command an option it does not take (above)"
 import re, subprocess, sys
-xstage, scripts = sys.argv[1], sys.argv[2:]
-helps, bad, calls = {}, [], 0
+xstage, python, scripts = sys.argv[1], sys.argv[2], sys.argv[3:]
+OPTION = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
+# A call: xstage (as $X or a build's xstage) with its subcommand words, or a tool under tools/; then its arguments.
+CALL = re.compile(r'(?:"\$X"|/xstage")(?P<sub>(?:\s+[a-z][a-z-]*)+)(?P<args>.*)|python3 (?P<tool>tools/\S+\.py)(?P<targs>.*)')
+helps, bad, calls = {}, [], {"xstage": 0, "tools": 0}
 for path in scripts:
-    # Logical lines: continuations joined, comments dropped.
-    for line in open(path).read().replace("\\\n", " ").splitlines():
+    for line in open(path).read().replace("\\\n", " ").splitlines():  # continuations joined
         line = line.split(" #", 1)[0]
-        for call in re.finditer(r'(?:"\$X"|/xstage")((?:\s+[a-z][a-z-]*)+)(.*)', line):  # $X or a build's xstage
-            sub = call.group(1).split()
-            calls += 1
-            key = " ".join(sub)
+        for call in CALL.finditer(line):
+            if call.group("tool"):
+                key, command, usage, args = call.group("tool"), [python, call.group("tool")], None, call.group("targs")
+                calls["tools"] += 1
+            else:
+                key = "xstage " + " ".join(call.group("sub").split())
+                command, usage, args = [xstage, *call.group("sub").split()], f"Usage: {key} ", call.group("args")
+                calls["xstage"] += 1
             if key not in helps:
-                out = subprocess.run([xstage, *sub, "--help"], capture_output=True, text=True)
-                if out.returncode != 0 or f"Usage: xstage {key} " not in out.stdout:
-                    bad.append(f"{path}: xstage {key}: no such subcommand")
-                    continue
-                helps[key] = set(re.findall(r"(?<![\w-])--[a-zA-Z][\w-]*", out.stdout))
-            # The options up to the end of this xstage call (a pipe, a redirect, || or ; ends it).
-            args = re.split(r"\s(?:\|\|?|&&|;|>>?|2>)", call.group(2))[0]
-            for opt in re.findall(r"(?<![\w-])--[a-zA-Z][\w-]*", args):
-                if key in helps and opt not in helps[key]:
-                    bad.append(f"{path}: xstage {key} {opt}")
-if calls < 20:
-    bad.append(f"only {calls} xstage calls found in {len(scripts)} GPU scripts: the pattern no longer finds them")
-print("\n".join(bad) or f"{calls} xstage calls in {len(scripts)} GPU scripts, every option known", file=sys.stderr if bad else sys.stdout)
+                out = subprocess.run([*command, "--help"], capture_output=True, text=True)
+                ok = out.returncode == 0 and (usage is None or usage in out.stdout)
+                helps[key] = set(OPTION.findall(out.stdout)) if ok else None
+            if helps[key] is None:
+                bad.append(f"{path}: {key}: no such command (its --help failed)")
+                continue
+            # The options up to the end of this call (a pipe, a redirect, ||, && or ; ends it).
+            for opt in OPTION.findall(re.split(r"\s(?:\|\|?|&&|;|>>?|2>)", args)[0]):
+                if opt not in helps[key]:
+                    bad.append(f"{path}: {key} {opt}")
+if calls["xstage"] < 20 or calls["tools"] < 10:
+    bad.append(f"only {calls} calls found in {len(scripts)} GPU scripts: the pattern no longer finds them")
+print("\n".join(bad) or f"{calls['xstage']} xstage and {calls['tools']} tool calls in {len(scripts)} GPU scripts, "
+      "every option known", file=sys.stderr if bad else sys.stdout)
 sys.exit(1 if bad else 0)
 PY
     ;;

@@ -136,9 +136,9 @@ PY
   gpu_scripts)  # the GPU scripts (which CI cannot run) still parse, and every option they give xstage or a tool is one it takes
     xstage=${4:?gpu_scripts needs the xstage binary}
     for f in scripts/*.sh scripts/gpu/*.sh; do bash -n "$f" 2> "$tmp/syntax" || { cat "$tmp/syntax" >&2; fail "$f does not parse"; }; done
-    PYTHONPATH=$src/python "$py" - "$xstage" "$py" scripts/gpu/*.sh <<'PY' || fail "a GPU script gives a command an option it does not take (above)"
+    PYTHONPATH=$src/python "$py" - "$xstage" scripts/gpu/*.sh <<'PY' || fail "a GPU script gives a command an option it does not take (above)"
 import re, subprocess, sys
-xstage, python, scripts = sys.argv[1], sys.argv[2], sys.argv[3:]
+xstage, scripts = sys.argv[1], sys.argv[2:]
 OPTION = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 # A call: xstage (as $X or a build's xstage) with its subcommand words, or a tool under tools/; then its arguments.
 CALL = re.compile(r'(?:"\$X"|/xstage")(?P<sub>(?:\s+[a-z][a-z-]*)+)(?P<args>.*)|python3 (?P<tool>tools/\S+\.py)(?P<targs>.*)')
@@ -148,7 +148,7 @@ for path in scripts:
         line = line.split(" #", 1)[0]
         for call in CALL.finditer(line):
             if call.group("tool"):
-                key, command, usage, args = call.group("tool"), [python, call.group("tool")], None, call.group("targs")
+                key, command, usage, args = call.group("tool"), [sys.executable, call.group("tool")], None, call.group("targs")
                 calls["tools"] += 1
             else:
                 key = "xstage " + " ".join(call.group("sub").split())

@@ -11,6 +11,8 @@
 set -eu
 cd "$(dirname "$0")/../../../.."
 F=results/h100/attention/2026-12-07-p-in-smem BUILD=${BUILD:-build}
+[ -f "$BUILD/compile_commands.json" ] || { echo "variants.sh: no $BUILD/compile_commands.json: build main there first (BUILD=dir)" >&2; exit 2; }
+command -v cuobjdump >/dev/null || { echo "variants.sh: cuobjdump is not on PATH (it comes with the CUDA toolkit)" >&2; exit 2; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 cp -r src tests "$W/"; xz -dc "$F/p-in-smem.patch.xz" | patch -s -d "$W" -p1
 compile() {  # TU (generated file name) OUT: the build's command with the patched sources

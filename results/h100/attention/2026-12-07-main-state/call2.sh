@@ -9,10 +9,12 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total,power.limit,driver_versio
 log() { echo "[$SECONDS s] $*" | tee -a $O/log.txt; tar cJf $R/call2.tar.xz -C $O . ; }
 B=(--store-path tma --trials 5 --replays 3)
 for r in 1 2; do
+  [ $SECONDS -gt 250 ] && { log "time guard at virtual 2 round $r"; break; }
   timeout 150 $X attention ulysses bench --virtual-ranks 2 --seqlens 8192,16384,32768 --heads 4,12 --head-dims 128,64 "${B[@]}" \
     --out $O/v2_r$r.json > $O/v2_r$r.log 2>&1; log "virtual 2 round $r rc=$?"
 done
 for P in 4 8; do
+  [ $SECONDS -gt 420 ] && { log "time guard at virtual $P"; break; }
   timeout 150 $X attention ulysses bench --virtual-ranks $P --seqlens 16384 --heads 4,12 --head-dims 128,64 "${B[@]}" \
     --out $O/v$P.json > $O/v$P.log 2>&1; log "virtual $P rc=$?"
 done

@@ -222,7 +222,11 @@ PY
     d=results/h200/attention/2026-12-01-ulysses-sweep
     run tools/attention/ulysses_report.py --bench $d/bench.json --torch $d/bench_torch.json --out "$tmp/ulysses"
     same_report "$tmp/ulysses/table.md" $d/table.md
-    [ -s "$tmp/ulysses/fig11.png" ] || fail "no fig11.png" ;;
+    [ -s "$tmp/ulysses/fig11.png" ] || fail "no fig11.png"
+    # a bench of one store path (--store-path tma; 2 virtual ranks): the other path's times are null in its JSON
+    tar -xJf results/h100/attention/2026-12-07-main-state/call2.tar.xz -C "$tmp" ./v2_r1.json ./report_v2_r1/table.md
+    run tools/attention/ulysses_report.py --bench "$tmp/v2_r1.json" --out "$tmp/v2"
+    same_report "$tmp/v2/table.md" "$tmp/report_v2_r1/table.md" ;;
   moe_ab)  # the A/B against the code before, again from its archive
     ab=results/h200/moe/2026-12-01-vs-before
     run tools/moe/ab_compare.py "$ab/ab.tar.xz" --a 'grid_before_*.json' --b 'grid_build_*.json' --out "$tmp/grid.md"

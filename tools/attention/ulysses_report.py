@@ -63,6 +63,8 @@ def main():
     groups = {}
     for r in bench["results"]:
         t = torch_rows.get((r["head_dim"], r["heads_per_rank"], r["seqlen"]))
+        # a store path the bench was not asked for (--store-path) is null in its JSON: no time, not zero
+        r = {k: float("nan") if v is None else v for k, v in r.items()}
         best = min(x for x in (r["T_fused_tma_us"], r["T_fused_st_global_us"]) if x == x)
         theirs = f"{t['T_sdpa_a2a_us']:.1f}" if t else "–"
         vs = f"{t['T_sdpa_a2a_us'] / best:.2f}×" if t else "–"

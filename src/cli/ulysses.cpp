@@ -419,9 +419,9 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
                                      (rt ? "" : "; virtual ranks: all P ranks' work in one process on one GPU, one after another")},
                         {"results", nlohmann::json::array()}};
   if (lead)
-    std::printf("%-22s %9s %9s %9s %9s %9s %8s %7s %8s %8s %8s | %9s %9s %9s %7s %5s %9s\n", "heads x M x d (/rank)", "T_FA", "T_A2A",
+    std::printf("%-22s %9s %9s %9s %9s %9s %8s %7s %8s %8s %8s | %9s %9s %9s %7s %5s %9s %8s %7s %7s\n", "heads x M x d (/rank)", "T_FA", "T_A2A",
                 "T_serial", "T_fused", "T_fusedSt", "E_res", "hiding", "speedup", "pred_E", "pred_Ecc", "L_serial", "L_fpost", "L_fboth",
-                "Lfb/FA", "push", "push_GB/s");
+                "Lfb/FA", "push", "push_GB/s", "-copy/FA", "copy", "hstarts");
   bool warmed = false;
   for (int d : args.head_dims)
     for (int hpr : args.heads_per_rank)
@@ -476,6 +476,11 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         const int v_layer_both = timer.add([&](cudaStream_t st) { both->enqueue(views, UlyssesPath::fused_both, st); });
         // The pusher alone (virtual ranks): its rate with every SM but its own idle, against its rate inside the layer.
         const int v_push = rt ? -1 : timer.add([&](cudaStream_t st) { both->enqueue_push_alone(views, st); });
+        // fused_both taken apart: the layer without its copy-out, the copy-out alone (every row of the calls before has
+        // arrived) and (virtual ranks) the start of the call with the head starts alone.
+        const int v_both_no_copy = timer.add([&](cudaStream_t st) { both->enqueue_attention_fused_both(views, st); });
+        const int v_copy_out = timer.add([&](cudaStream_t st) { both->enqueue_copy_out(views, st); });
+        const int v_head_starts = rt ? -1 : timer.add([&](cudaStream_t st) { both->enqueue_head_starts_alone(views, st); });
         const std::vector<std::vector<double>> trials = timer.run();
         for (auto& f : fused) f->poll();
         layer->poll();
@@ -490,6 +495,10 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         const double t_layer_serial = median(trials[v_layer_serial]), t_layer_post = median(trials[v_layer_post]),
                      t_layer_both = median(trials[v_layer_both]), both_over_fa = median_ratio(trials[v_layer_both], trials[v_fa]);
         const double t_push = v_push < 0 ? NAN : median(trials[v_push]);
+        const double t_both_no_copy = median(trials[v_both_no_copy]), t_copy_out = median(trials[v_copy_out]);
+        const double both_no_copy_over_fa = median_ratio(trials[v_both_no_copy], trials[v_fa]);
+        const double t_head_starts = v_head_starts < 0 ? NAN : median(trials[v_head_starts]);
+        const auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
         // Every byte the pusher moves: the other ranks' rows, and the own rows that straddling tiles read from the inbox.
         const double pushed_bytes = static_cast<double>(both->pushed_bytes().remote + both->pushed_bytes().own);
         const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
@@ -522,9 +531,10 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         char name[64];
         std::snprintf(name, sizeof name, "%d x %d x %d", hpr, M, d);
         if (lead)
-          std::printf("%-22s %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %6.1f%% %8.3f %8.1f %8.1f | %9.1f %9.1f %9.1f %7.3f %5d %9.1f\n", name, t_fa, t_a2a,
+          std::printf("%-22s %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %6.1f%% %8.3f %8.1f %8.1f | %9.1f %9.1f %9.1f %7.3f %5d %9.1f %8.3f %7.1f %7.1f\n", name, t_fa, t_a2a,
                       t_serial, t_fused[0], t_fused[1], e_res, 100 * hiding, speedup, pred_e, pred_ecc, t_layer_serial, t_layer_post,
-                      t_layer_both, both_over_fa, both->push_ctas(), pushed_bytes / (t_push * 1e3));
+                      t_layer_both, both_over_fa, both->push_ctas(), pushed_bytes / (t_push * 1e3), both_no_copy_over_fa, t_copy_out,
+                      t_head_starts);
         doc["results"].push_back({{"heads_per_rank", hpr}, {"heads", s.heads}, {"seqlen", M}, {"head_dim", d}, {"batch", s.batch},
                                   {"T_FA_us", t_fa}, {"T_A2A_us", t_a2a}, {"T_serial_us", t_serial},
                                   {"T_fused_tma_us", t_fused[0]}, {"T_fused_st_global_us", t_fused[1]},
@@ -535,8 +545,10 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
                                   {"T_layer_fused_both_us", t_layer_both}, {"layer_fused_both_over_FA_median_of_trials", both_over_fa},
                                   {"input_chunks_per_source", both->input_chunks().per_source}, {"input_chunk_rows", both->input_chunks().rows},
                                   {"push_ctas", both->push_ctas()}, {"pushed_bytes", pushed_bytes},
-                                  {"T_push_alone_us", v_push < 0 ? nlohmann::json(nullptr) : nlohmann::json(t_push)},
-                                  {"push_alone_GB_per_s", v_push < 0 ? nlohmann::json(nullptr) : nlohmann::json(pushed_bytes / (t_push * 1e3))},
+                                  {"T_push_alone_us", or_null(t_push)}, {"push_alone_GB_per_s", or_null(pushed_bytes / (t_push * 1e3))},
+                                  {"T_layer_fused_both_without_copy_out_us", t_both_no_copy},
+                                  {"layer_fused_both_without_copy_out_over_FA_median_of_trials", both_no_copy_over_fa},
+                                  {"T_copy_out_us", t_copy_out}, {"T_start_and_head_starts_us", or_null(t_head_starts)},
                                   {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
                                   {"predicted", {{"E_res_us", pred_e}, {"E_drain_us", audit.points[0].E_drain_ns / 1e3},
                                                  {"E_tail_us", audit.points[0].E_tail_ns / 1e3}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},

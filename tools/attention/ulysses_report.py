@@ -35,6 +35,28 @@ def layer_table(bench) -> list:
                      f"{r['T_layer_fused_post_us']:.1f} | {both:.1f} | {r['layer_fused_both_over_FA_median_of_trials']:.4f} | "
                      f"{r['T_layer_fused_post_us'] / both:.3f} | {r['T_layer_serial_us'] / both:.3f} | "
                      f"{r['input_chunks_per_source']} × {r['input_chunk_rows']} |")
+    return lines + parts_table(rows)
+
+
+def parts_table(rows) -> list:
+    """fused_both taken apart, where the bench timed its parts (older JSONs: no lines)."""
+    rows = [r for r in rows if "T_copy_out_us" in r]
+    if not rows:
+        return []
+    fmt = lambda x: "–" if x is None else f"{x:.1f}"
+    lines = ["", "fused_both taken apart, µs per call, each part timed on its own in the same run: the layer without its copy-out, "
+             "the copy-out alone, the start of the call with every rank's head start alone (virtual ranks only), and the fused "
+             "kernel over FA-only (fused_post's kernel, TMA path). The shares are of T_FA.", ""]
+    head = ("| d | heads/rank | M | T_FA | fused_both/FA | without copy-out / FA | copy-out | start + head starts | "
+            "fused kernel − FA | copy-out share | head-start share |")
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        fa, starts, fused = r["T_FA_us"], r.get("T_start_and_head_starts_us"), r.get("T_fused_tma_us")
+        share = lambda x: "–" if x is None else f"{100 * x / fa:.2f}%"
+        lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {fa:.1f} | "
+                     f"{r['layer_fused_both_over_FA_median_of_trials']:.4f} | "
+                     f"{r['layer_fused_both_without_copy_out_over_FA_median_of_trials']:.4f} | {r['T_copy_out_us']:.1f} | "
+                     f"{fmt(starts)} | {fmt(None if fused is None else fused - fa)} | {share(r['T_copy_out_us'])} | {share(starts)} |")
     return lines
 
 

@@ -650,6 +650,17 @@ void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views
   enqueue_pusher(views, 0, push_order_.items(), push_ctas_, kPushRunAlongside, true, stream);
 }
 
+void UlyssesAttention::enqueue_head_starts_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
+  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
+                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the head starts alone run with virtual ranks only");
+  poll();
+  enqueue_start_of_call(stream);
+  for (int set = 0; set < static_cast<int>(ranks_.size()); ++set)
+    enqueue_pusher(views, push_order_.head_start_first(set), push_order_.head_start_first(set + 1), current_device_facts().sm_count,
+                   kPushRunHeadStart, true, stream);
+}
+
 void UlyssesAttention::enqueue_copy_out(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
   XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one output per held rank");
   CopyOut c;

@@ -98,6 +98,9 @@ class UlyssesAttention {
   // fused_both's start of the call and pusher alone, on `stream` (no attention kernel): the pusher's own rate. Virtual
   // ranks only.
   void enqueue_push_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream);
+  // fused_both's start of the call and every held rank's head start, each on every SM as in the layer (no attention
+  // kernel, no pusher beside it): what the layer spends before each rank's first wave. Virtual ranks only.
+  void enqueue_head_starts_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream);
 
   // The input chunks of fused_both, and the bytes its pusher moves per call from the held ranks (its work list summed):
   // to other ranks (the pre-attention all-to-all's volume) and to their own inboxes (the own chunks that a Q tile or

@@ -238,6 +238,12 @@ UlyssesAttention::PushedBytes count_pushed_bytes(const PushOrder& order) {
   return bytes;
 }
 
+// Throws InputError unless there is one set of operands per held rank.
+void require_views_of_held_ranks(const std::vector<UlyssesViews>& views, std::size_t held) {
+  XSTAGE_REQUIRE(views.size() == held, "Ulysses attention: one set of operands per held rank (" + std::to_string(held) + "), got " +
+                                           std::to_string(views.size()));
+}
+
 std::string describe_failure(const comm::DeviceStatus& st, double timeout_s, const InputChunks& chunks) {
   switch (static_cast<UlyssesWait>(st.what)) {
     case UlyssesWait::inputs: {
@@ -466,8 +472,7 @@ void UlyssesAttention::exchange(const std::vector<const void*>& send, const std:
 }
 
 void UlyssesAttention::enqueue_pre_all_to_all(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  require_views_of_held_ranks(views, ranks_.size());
   const std::int64_t B = shape_.batch, M = shape_.seqlen, Ms = shape_.shard_rows(), Hp = shape_.local_heads(), H = shape_.heads,
                      d = shape_.head_dim, P = shape_.ranks;
   const std::int64_t slice = Hp * d * 2, chunk = B * Ms * Hp * d * 2;  // bytes: one row's heads for one peer; one peer's share
@@ -625,8 +630,7 @@ void UlyssesAttention::enqueue_start_of_call(cudaStream_t stream) {
 }
 
 void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  require_views_of_held_ranks(views, ranks_.size());
   poll();
   enqueue_start_of_call(stream);
   XSTAGE_CUDA_CHECK(cudaEventRecord(side_->fork, stream));
@@ -640,8 +644,7 @@ void UlyssesAttention::enqueue_attention_fused_both(const std::vector<UlyssesVie
 }
 
 void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  require_views_of_held_ranks(views, ranks_.size());
   // With real ranks the start barrier's epoch is the call count, which only the attention kernel advances: pushes
   // alone would pass it unsynchronised.
   XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the pusher alone runs with virtual ranks only");
@@ -651,8 +654,7 @@ void UlyssesAttention::enqueue_push_alone(const std::vector<UlyssesViews>& views
 }
 
 void UlyssesAttention::enqueue_head_starts_alone(const std::vector<UlyssesViews>& views, cudaStream_t stream) {
-  XSTAGE_REQUIRE(views.size() == ranks_.size(), "Ulysses attention: one set of operands per held rank (" +
-                                                    std::to_string(ranks_.size()) + "), got " + std::to_string(views.size()));
+  require_views_of_held_ranks(views, ranks_.size());
   XSTAGE_REQUIRE(rt_ == nullptr, "Ulysses attention: the head starts alone run with virtual ranks only");
   poll();
   enqueue_start_of_call(stream);

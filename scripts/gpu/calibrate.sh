@@ -17,12 +17,6 @@ W="$OUT/calibrate"; mkdir -p "$W"
 TESTS="$XSTAGE_BUILD/tests/xstage_gpu_tests"
 require_build "$X" "$TESTS"
 failures=0
-expect_exit() {  # expect_exit CODE PATTERN -- command...
-  local want=$1 pattern=$2; shift 3
-  local text rc; text=$("$@" 2>&1); rc=$?
-  if [ "$rc" = "$want" ] && grep -q -- "$pattern" <<<"$text"; then echo "ok   exit $rc: $(tail -n1 <<<"$text")"
-  else echo "FAIL wanted exit $want with '$pattern', got $rc: $text"; failures=$((failures+1)); fi
-}
 
 step "machine"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
@@ -42,12 +36,12 @@ for tool in racecheck synccheck; do
 done
 
 step "bad input gives a clear error and a non-zero exit"
-expect_exit 3 "needs at least 2 GPUs" -- "$X" calibrate --gpus 1
-expect_exit 3 "are visible" -- "$X" calibrate --gpus 9
-expect_exit 3 "only 1 GPU is visible" -- env CUDA_VISIBLE_DEVICES=0 "$X" calibrate
-expect_exit 2 "is not in 1..132" -- "$X" calibrate --gpus 2 --K 500 --quick --no-plots --out "$W/bad"
-expect_exit 2 "bytes is invalid" -- "$X" calibrate --gpus 2 --B-kib 1000000 --quick --no-plots --out "$W/bad"
-expect_exit 2 "not an integer" -- "$X" calibrate --gpus 2 --K 16,x
+expect_status 2 "must be an integer in \[2," -- "$X" calibrate --gpus 1 || failures=$((failures+1))
+expect_status 3 "are visible" -- "$X" calibrate --gpus 9 || failures=$((failures+1))
+expect_status 3 "only 1 GPU is visible" -- env CUDA_VISIBLE_DEVICES=0 "$X" calibrate || failures=$((failures+1))
+expect_status 2 "is not in 1..132" -- "$X" calibrate --gpus 2 --K 500 --quick --no-plots --out "$W/bad" || failures=$((failures+1))
+expect_status 2 "bytes is invalid" -- "$X" calibrate --gpus 2 --B-kib 1000000 --quick --no-plots --out "$W/bad" || failures=$((failures+1))
+expect_status 2 "not an integer" -- "$X" calibrate --gpus 2 --K 16,x || failures=$((failures+1))
 
 step "xstage calibrate --quick --verify"
 timed "quick calibration" -- "$X" calibrate --quick --verify --out "$W/quick" \

@@ -81,7 +81,7 @@ for tool in memcheck racecheck; do
 done
 
 step "bad input gives a clear error"
-expect_status 2 "unknown config" -- "$X" moe bench --gpus "$GPUS" --filter no-such-config || failures=$((failures+1))
+expect_status 2 "no configuration in" -- "$X" moe bench --gpus "$GPUS" --filter no-such-config || failures=$((failures+1))
 expect_status 2 "unknown implementation" -- "$X" moe check --gpus "$GPUS" --impl megamoe-fast || failures=$((failures+1))
 
 # One seed for both benches, so their skewed configurations route alike and the two columns pair up.

@@ -71,9 +71,9 @@ for tool in memcheck racecheck; do
 done
 
 step "bad input gives a clear error"
-expect_status 2 "zero heads per rank" -- "$X" attention ulysses bench --gpus "$GPUS" --heads 0 || failures=$((failures+1))
+expect_status 2 "heads: must be an integer" -- "$X" attention ulysses bench --gpus "$GPUS" --heads 0 || failures=$((failures+1))
 expect_status 2 "unknown store path" -- "$X" attention ulysses check --store-path dma || failures=$((failures+1))
-expect_status 2 "unknown path" -- "$X" attention ulysses check --paths fused || failures=$((failures+1))
+expect_status 2 "unknown Ulysses path" -- "$X" attention ulysses check --paths fused || failures=$((failures+1))
 
 step "xstage attention ulysses bench ${SWEEP[*]}"
 timed "bench" -- timeout 400 "$X" attention ulysses bench --gpus "$GPUS" "${SWEEP[@]}" --out "$W/bench.json" || failures=$((failures+1))

@@ -6,10 +6,10 @@
 #   tests/repo/tools_test.sh CASE SOURCE_DIR PYTHON [XSTAGE]
 #     CASE    compile | help | calibration | moe_table | moe_fig8 | moe_auto_eval | moe_rule_sensitivity |
 #             moe_predictions | moe_traces | moe_storer | moe_power | attention | ulysses | torch_vs_cli | sass_stats |
-#             moe_ab | moe_routing_rule | energy | timing | seeds | gpu_scripts
+#             moe_ab | moe_routing_rule | energy | timing | seeds | gpu_scripts | gpu_scripts_dry
 #     PYTHON  an interpreter with matplotlib (and torch, for `help`): the project's, scripts/requirements.txt
 #     XSTAGE  the built binary (moe_rule_sensitivity, moe_storer and moe_routing_rule run `xstage plan moe`; seeds and
-#             gpu_scripts call it with the GPU scripts' arguments)
+#             gpu_scripts and gpu_scripts_dry call it with the GPU scripts' arguments)
 set -euo pipefail
 
 case_name=${1:?usage: tools_test.sh CASE SOURCE_DIR PYTHON}
@@ -169,6 +169,40 @@ if calls["xstage"] < 20 or calls["tools"] < 10:
     bad.append(f"only {calls} calls found in {len(scripts)} GPU scripts: the pattern no longer finds them")
 print("\n".join(bad) or f"{calls['xstage']} xstage and {calls['tools']} tool calls in {len(scripts)} GPU scripts, "
       "every option known", file=sys.stderr if bad else sys.stdout)
+sys.exit(1 if bad else 0)
+PY
+    ;;
+  gpu_scripts_dry)  # the GPU scripts run where no GPU is visible, xstage behind a wrapper that logs each call: every
+    # xstage command they give passes xstage's argument checks (it stops at "no GPU", exit 3), and each bad-input check
+    # (expect_status, scripts/gpu/env.sh) wants the status xstage gives that input
+    xstage=${4:?gpu_scripts_dry needs the xstage binary}
+    build=$(cd "$(dirname "$xstage")" && pwd) fake=$tmp/build
+    mkdir -p "$fake/tests"
+    for f in "$build"/* "$build"/tests/*; do [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$fake/${f#"$build"/}"; done
+    rm "$fake/xstage"
+    cat > "$fake/xstage" <<WRAPPER
+#!/usr/bin/env bash
+"$build/xstage" "\$@"; rc=\$?
+printf '%s\t%s\t%s\n' "\$rc" "\${XSTAGE_EXPECTED_STATUS:-}" "\$*" >> "$tmp/calls.tsv"
+exit \$rc
+WRAPPER
+    chmod +x "$fake/xstage"
+    for s in attention calibrate moe moe_ab moe_power moe_schedules moe_storer moe_weight_stream ulysses; do
+      CUDA_VISIBLE_DEVICES= GPUS=2 XSTAGE_BUILD=$fake OUT=$tmp/out timeout 120 bash scripts/gpu/$s.sh > "$tmp/$s.log" 2>&1 || true
+    done
+    "$py" - "$tmp/calls.tsv" <<'PY' || fail "a GPU script gives xstage an input it rejects, or wants another status (above)"
+import sys
+bad, calls = [], 0
+for line in open(sys.argv[1]):
+    rc, want, args = line.rstrip("\n").split("\t", 2)
+    calls += 1
+    ok = {"": ("0", "3"), "2": ("2", "3"), "3": ("3",)}.get(want, ())  # 3: no GPU here; some bad input needs one to tell
+    if rc not in ok:
+        bad.append(f"xstage {args}: exit {rc}" + (f", the script wants {want}" if want else ""))
+if calls < 40:
+    bad.append(f"only {calls} xstage calls logged: the scripts no longer reach them")
+print("\n".join(bad) or f"{calls} xstage calls, every input accepted or answered as the scripts want",
+      file=sys.stderr if bad else sys.stdout)
 sys.exit(1 if bad else 0)
 PY
     ;;

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""How the MoE bench's statistic moves the schedule rule's score: the 2026-12-02 re-tune run (one H200, EP = 1, every
+variant of the grid and three held-out lists, 20 trials each, the implementations of a configuration timed one after
+the other) scored with the median of the 20 trials (what tools/moe/auto_eval.py takes), their minimum, the median of
+the first 5 and of the last 10; with the drift of each series (median of the last 5 trials over the first 5) by layer
+time, and `megamoe-auto` against the same variant measured on its own (same launch parameters) per statistic.
+
+    python3 results/cpu/2026-12-07-moe-trial-drift/analyze.py [XSTAGE] > results/cpu/2026-12-07-moe-trial-drift/analysis.md
+
+XSTAGE (default build/xstage) gives the rule's choices (`xstage plan moe --choose --json`, CPU only)."""
+import json
+import math
+import os
+import statistics as st
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tools", "moe"), os.path.join(ROOT, "tools")]
+import auto_eval as ae  # noqa: E402
+
+RUN = os.path.join(ROOT, "results/h200/moe/2026-12-02-retune/moe_schedules.tar.xz")
+LISTS = ["moe_grid", "moe_heldout", "moe_heldout2", "moe_heldout3"]
+STATS = {
+    "median of 20": lambda t: st.median(t),
+    "min of 20": min,
+    "median of first 5": lambda t: st.median(t[:5]),
+    "median of last 10": lambda t: st.median(t[-10:]),
+}
+
+
+def with_stat(measured, f):
+    return {c: {v: dict(r, median_ms=f(r["trial_max_over_ranks_ms"])) for v, r in by.items()} for c, by in measured.items()}
+
+
+def gm(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def main():
+    xstage = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "xstage")
+    print("# The MoE bench's statistic against the schedule rule's score\n")
+    print("From `results/h200/moe/2026-12-02-retune/moe_schedules.tar.xz`; the rule as shipped. Written by `analyze.py`.\n")
+    drift = {}
+    table = ["| list | statistic | rule: geomean / min | pipelined waves everywhere: geomean / min | best per shape, knowing the measurements | auto ÷ same variant: geomean, range |",
+             "|---|---|---|---|---|---|"]
+    for name in LISTS:
+        docs, measured = ae.load_bench(RUN, name)
+        with tempfile.NamedTemporaryFile("w+", suffix=".json") as plan_file:
+            subprocess.run([xstage, "plan", "moe", "--grid", os.path.join(ROOT, "configs", name + ".json"), "--ranks", "1",
+                            "--choose", "--json"], stdout=plan_file, check=True)
+            plan = ae.load_plan(plan_file.name)
+        for doc in docs.values():
+            for r in (doc or {}).get("results", []):
+                t = r.get("trial_max_over_ranks_ms")
+                if t and len(t) >= 10:
+                    cls = "< 1 ms" if r["median_ms"] < 1 else "1-3 ms" if r["median_ms"] < 3 else ">= 3 ms"
+                    drift.setdefault(cls, []).append(st.median(t[-5:]) / st.median(t[:5]))
+        for label, f in STATS.items():
+            m = with_stat(measured, f)
+            rows = ae.evaluate(m, plan)
+            rule = [r["ratio"] for r in rows]
+            fixed = [r["fixed_ratios"]["pipelined waves"] for r in rows]
+            oracle = [r["oracle_ratio"] for r in rows]
+            pairs = []
+            for doc in docs.values():
+                for r in (doc or {}).get("results", []):
+                    if r["impl"].startswith("megamoe-auto") and r.get("trial_max_over_ranks_ms"):
+                        twin = m.get(r["config"], {}).get(ae.variant_of(r["impl"]))
+                        if twin:
+                            pairs.append(f(r["trial_max_over_ranks_ms"]) / twin["median_ms"])
+            table.append(f"| {name} | {label} | {gm(rule):.3f} / {min(rule):.3f} | {gm(fixed):.3f} / {min(fixed):.3f} | "
+                         f"{gm(oracle):.3f} / {min(oracle):.3f} | {gm(pairs):.3f}, {min(pairs):.3f}–{max(pairs):.3f} |")
+    print("**Drift within a series** (median of the last 5 trials over the first 5, every variant of every list):\n")
+    print("| layer time | series | median | range |\n|---|---:|---:|---|")
+    for cls in ("< 1 ms", "1-3 ms", ">= 3 ms"):
+        x = drift[cls]
+        print(f"| {cls} | {len(x)} | {st.median(x):.3f} | {min(x):.3f}–{max(x):.3f} |")
+    print("\n**The rule's score by statistic** (ratio = the best variant's time / the chosen one's):\n")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,8 @@
 """How the MoE bench's statistic moves the schedule rule's score: the 2026-12-02 re-tune run (one H200, EP = 1, every
 variant of the grid and three held-out lists, 20 trials each, the implementations of a configuration timed one after
 the other) scored with the median of the 20 trials (what tools/moe/auto_eval.py takes), their minimum, the median of
-the first 5 and of the last 10; with the drift of each series (median of the last 5 trials over the first 5) by layer
+the first 5 and of the last 10, and the median times the SM clock read after the trials (cycles, where the
+clock held); with the drift of each series (median of the last 5 trials over the first 5) by layer
 time, and `megamoe-auto` against the same variant measured on its own (same launch parameters) per statistic.
 
     python3 results/cpu/2026-12-07-moe-trial-drift/analyze.py [XSTAGE] > results/cpu/2026-12-07-moe-trial-drift/analysis.md
@@ -22,16 +23,18 @@ import auto_eval as ae  # noqa: E402
 
 RUN = os.path.join(ROOT, "results/h200/moe/2026-12-02-retune/moe_schedules.tar.xz")
 LISTS = ["moe_grid", "moe_heldout", "moe_heldout2", "moe_heldout3"]
-STATS = {
-    "median of 20": lambda t: st.median(t),
-    "min of 20": min,
-    "median of first 5": lambda t: st.median(t[:5]),
-    "median of last 10": lambda t: st.median(t[-10:]),
+T = "trial_max_over_ranks_ms"
+STATS = {  # each of a result's statistics, in ms (the last in ms at 1 GHz: the median's SM cycles)
+    "median of 20": lambda r: st.median(r[T]),
+    "min of 20": lambda r: min(r[T]),
+    "median of first 5": lambda r: st.median(r[T][:5]),
+    "median of last 10": lambda r: st.median(r[T][-10:]),
+    "median × SM clock after": lambda r: st.median(r[T]) * r["sm_clock_mhz_after"][0] / 1000,
 }
 
 
 def with_stat(measured, f):
-    return {c: {v: dict(r, median_ms=f(r["trial_max_over_ranks_ms"])) for v, r in by.items()} for c, by in measured.items()}
+    return {c: {v: dict(r, median_ms=f(r)) for v, r in by.items()} for c, by in measured.items()}
 
 
 def gm(xs):
@@ -66,10 +69,10 @@ def main():
             pairs = []
             for doc in docs.values():
                 for r in (doc or {}).get("results", []):
-                    if r["impl"].startswith("megamoe-auto") and r.get("trial_max_over_ranks_ms"):
+                    if r["impl"].startswith("megamoe-auto") and r.get(T):
                         twin = m.get(r["config"], {}).get(ae.variant_of(r["impl"]))
                         if twin:
-                            pairs.append(f(r["trial_max_over_ranks_ms"]) / twin["median_ms"])
+                            pairs.append(f(r) / twin["median_ms"])
             table.append(f"| {name} | {label} | {gm(rule):.3f} / {min(rule):.3f} | {gm(fixed):.3f} / {min(fixed):.3f} | "
                          f"{gm(oracle):.3f} / {min(oracle):.3f} | {gm(pairs):.3f}, {min(pairs):.3f}–{max(pairs):.3f} |")
     print("**Drift within a series** (median of the last 5 trials over the first 5, every variant of every list):\n")

@@ -88,6 +88,7 @@ struct MoeArgs {
   std::string out;
   int trials = 20;
   double warmup_ms = 1500;
+  bool warm_each = false;   // bench: the warm-up before every implementation of every configuration, not once
   double trial_gap_ms = 0;  // bench: host sleep before each timed trial (0: back to back, the paper's protocol)
   std::string trace_dir;    // bench: the fused kernel's per-tile trace of each configuration's last trial (instrumented builds)
   bool hbm_reference = false;  // bench: time a streaming read of each configuration's expert weights after its layers
@@ -570,10 +571,12 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
                         {"config_file", config}, {"device", comm::describe_device(rt.device())},
                         {"cublas", std::to_string(cublas_major) + "." + std::to_string(cublas_minor) + "." +
                                        std::to_string(cublas_patch)},
-                        {"protocol", "untimed first run; " + std::to_string(args.trials) + " trials of {" +
+                        {"protocol", "untimed first run; " +
+                                         std::string(args.warm_each ? "each implementation warmed for " + std::to_string(args.warmup_ms) + " ms; " : "") +
+                                         std::to_string(args.trials) + " trials of {" +
                                          (args.trial_gap_ms > 0 ? "idle " + std::to_string(args.trial_gap_ms) + " ms, " : "") +
                                          "barrier, event-timed forward}; per trial the max over ranks; median of the maxima"},
-                        {"trial_gap_ms", args.trial_gap_ms}};
+                        {"trial_gap_ms", args.trial_gap_ms}, {"warm_each", args.warm_each}};
   if (args.hbm_reference)
     doc["hbm_reference"] =
         "per configuration, after its implementations: per rank a read of its expert weight buffers (W1, W2, fp8 "
@@ -637,7 +640,7 @@ int run_bench(comm::Runtime& rt, const MoeArgs& args) {
         return elapsed_ms;
       };
       double clock_mhz = 0;
-      if (!warmed) {
+      if (!warmed || args.warm_each) {
         // Every forward holds collectives, so all ranks must run the same number: rank 0's count, from
         // the slowest rank's time for one forward.
         const float one_ms = barrier_aligned_forward_ms();
@@ -855,6 +858,10 @@ void add_moe_command(CLI::App& app) {
   add_integer(bench, "--trials", args->trials, 1, 100000, "timed trials per configuration (default 20)");
   add_number(bench, "--warmup-ms", args->warmup_ms, 0, 600000, "GPU warm-up before the first timed configuration (default 1500;\n"
                                                                "the same number of forwards on every rank)");
+  bench->add_flag("--warm-each", args->warm_each,
+                  "the warm-up before every implementation of every configuration, not only the first: while the next\n"
+                  "implementation is built the GPU idles and its clock rises, so without it the trials of a long layer\n"
+                  "start above the clock its power limit holds and slow down as they go");
   add_number(bench, "--trial-gap-ms", args->trial_gap_ms, 0, 10000,
              "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
              "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"

@@ -2,7 +2,8 @@
 # main on one H200, MoE at EP = 1: the full check (16 cases x bf16, fp8 x every implementation against float64), the
 # DeepSeek-V3-like layer beside the Triton fused MoE of inference servers (scripts/gpu/moe_triton.sh: the two tools in
 # turn, layer by layer), then the same layer at 1024, 4096 and 8192 tokens: the unfused loop, every fixed schedule and
-# `auto`, with the plain read of the same expert weights (--hbm-reference).
+# `auto`, with the plain read of the same expert weights (--hbm-reference), each implementation warmed for 1 s before
+# its trials (--warm-each).
 #   XSTAGE_BUILD=build RESULTS=<dir> bash results/h200/moe/2026-12-07-main/run.sh   (from the repository root)
 set -u
 source scripts/gpu/env.sh
@@ -13,7 +14,7 @@ timeout 150 $X moe check --gpus 1 --out $O/check.json > $O/check.log 2>&1; log "
 OUT=$O/triton timeout 260 bash scripts/gpu/moe_triton.sh > /dev/null 2>&1; log "triton rc=$?"
 for t in 4096 8192 1024; do
   [ $SECONDS -gt 520 ] && { log "time guard at $t tokens"; break; }
-  timeout 100 $X moe bench --gpus 1 --config configs/moe_triton_compare.json --filter "/t$t/" --hbm-reference --trials 10 \
+  timeout 100 $X moe bench --gpus 1 --config configs/moe_triton_compare.json --filter "/t$t/" --hbm-reference --warm-each --warmup-ms 1000 --trials 10 \
     --impl unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto --out $O/ds$t.json > $O/ds$t.log 2>&1
   log "deepseek-v3-like $t tokens rc=$?"
 done

@@ -18,4 +18,18 @@ for t in 4096 8192 1024; do
     --impl unfused-loop,megamoe-wave,megamoe-wave-pipelined,megamoe-interleaved,megamoe-auto --out $O/ds$t.json > $O/ds$t.log 2>&1
   log "deepseek-v3-like $t tokens rc=$?"
 done
+# The five configurations where the 2026-12-02 run measured `auto` 4-9% faster than the same variant before it
+# (results/cpu/2026-12-07-moe-trial-drift/): auto, the variant, auto, the variant, in one process each.
+while read -r list filter dtype twin extra; do
+  [ $SECONDS -gt 540 ] && { log "time guard at the order runs"; break; }
+  timeout 60 $X moe bench --gpus 1 --config configs/$list.json --filter "$filter" --dtype $dtype $extra \
+    --impl megamoe-auto,$twin,megamoe-auto,$twin --out $O/order_${list}_${twin}_$dtype.json > $O/order_${list}_${twin}_$dtype.log 2>&1
+  log "order $list $filter $dtype rc=$?"
+done <<'LIST'
+moe_grid deepseek-v3:h7168-i2048-e256-k8/t4096/balanced bf16 megamoe-wave
+moe_grid h1152-i4608-e8-k2/t2048/balanced bf16 megamoe-wave
+moe_grid h4096-i14336-e8-k2/t8192/skewed fp8 megamoe-interleaved --cluster-m 2
+moe_heldout h2048-i1408-e64-k6/t1024/balanced bf16 megamoe-interleaved
+moe_heldout2 h1536-i512-e40-k8/t1536/balanced bf16 megamoe-wave
+LIST
 xz -9 $O/*.log 2>/dev/null; log done

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (CUDA toolkit; on PATH):
+"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (on PATH, in the CUDA toolkit or in the triton package):
 per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-state wgmma
 loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the attention
 kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that leaves one
@@ -23,6 +23,8 @@ expressions on them.
 import argparse
 import collections
 import difflib
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -32,13 +34,26 @@ INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 BRANCH = re.compile(r"\bBRA\s+(?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
 
 
+def cuobjdump():
+    """The cuobjdump to use: on PATH, else the CUDA toolkit's (CUDA_HOME, /usr/local/cuda), else the one the triton
+    package bundles (the project's environment has it; some toolkit installs leave cuobjdump out)."""
+    candidates = [shutil.which("cuobjdump"),
+                  os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")]
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.submodule_search_locations:
+        candidates.append(os.path.join(list(spec.submodule_search_locations)[0], "backends", "nvidia", "bin", "cuobjdump"))
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    sys.exit("error: no cuobjdump: not on PATH, in the CUDA toolkit or in the triton package (it comes with the CUDA toolkit)")
+
+
 def functions(paths):
     """-> {mangled name: [(address, instruction text)]} of every function in the files' SASS."""
-    if shutil.which("cuobjdump") is None:
-        sys.exit("error: cuobjdump is not on PATH (it comes with the CUDA toolkit)")
+    tool = cuobjdump()
     funcs = {}
     for path in paths:
-        out = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True)
+        out = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"error: cuobjdump -sass {path}: {out.stderr.strip()}")
         for part in re.split(r"\n\s*Function : ", out.stdout)[1:]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (on PATH, in the CUDA toolkit or in the triton package):
-per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-state wgmma
+"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (on PATH, in the CUDA toolkit or
+in the triton package): per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-state wgmma
 loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the attention
 kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that leaves one
 wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the next wait for none

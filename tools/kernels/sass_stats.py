@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (on PATH, in the CUDA toolkit or in
-the triton package): per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its steady-
-state wgmma loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA (the
-attention kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first wait that
-leaves one wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the next wait for
-none (`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma, and the loop's R2UR (values
-moved into uniform registers each iteration, such as wgmma descriptors computed in per-thread ones); and, for two
-functions (--diff), the opcodes by which their loops differ and how much of the two loops' opcode sequences is in the
-same order (the share of matching opcodes, 1.0 for the same sequence; two loops of the same instructions can differ
-there, which is how ptxas's schedules of the same source are told apart); and, against another build (--same), which of
-the functions compile to exactly the instructions of one of that build's functions (a refactor that must not change the
-code: template arguments renamed, a value moved to another place of the source).
+"""What ptxas made of the kernels in binaries or object files, from `cuobjdump -sass` (on PATH, in the CUDA toolkit or
+in the triton package): per kernel function, its local-memory spill instructions (STL, LDL) and, with --loops, its
+steady-state wgmma loop: the instruction count and the opcodes of the first backward branch whose body issues HGMMA
+(the attention kernel's key-block loop; the MoE consumers' k-block loop), and what runs between the loop's first
+wait that leaves one wgmma batch in flight (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S = Q K^T done, P V running) and the
+next wait for none (`0x0`): the instructions and exponentials (MUFU.EX2) that overlap the P V wgmma, and the loop's
+R2UR (values moved into uniform registers each iteration, such as wgmma descriptors computed in per-thread ones);
+and, for two functions (--diff), the opcodes by which their loops differ and how much of the two loops' opcode
+sequences is in the same order (the share of matching opcodes, 1.0 for the same sequence; two loops of the same
+instructions can differ there, which is how ptxas's schedules of the same source are told apart); and, against
+another build (--same), which of the functions compile to exactly the instructions of one of that build's functions
+(a refactor that must not change the code: template arguments renamed, a value moved to another place of the
+source).
 
     python3 tools/kernels/sass_stats.py build/xstage --kernel megamoe_kernel
     python3 tools/kernels/sass_stats.py build/xstage --kernel flash_fwd_sm90_kernel --loops

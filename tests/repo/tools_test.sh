@@ -260,7 +260,20 @@ PY
     # a bench of one store path (--store-path tma; 2 virtual ranks): the other path's times are null in its JSON
     tar -xJf results/h100/attention/2026-12-07-main-state/call2.tar.xz -C "$tmp" ./v2_r1.json ./report_v2_r1/table.md
     run tools/attention/ulysses_report.py --bench "$tmp/v2_r1.json" --out "$tmp/v2"
-    same_report "$tmp/v2/table.md" "$tmp/report_v2_r1/table.md" ;;
+    same_report "$tmp/v2/table.md" "$tmp/report_v2_r1/table.md"
+    # fused_both's parts (benches since they were added): the first row given parts, the shares of T_FA in its line
+    "$py" - "$tmp/v2_r1.json" "$tmp/parts.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["results"][0]
+r.update(T_layer_fused_both_without_copy_out_us=r["T_FA_us"] * 1.02, layer_fused_both_without_copy_out_over_FA_median_of_trials=1.02,
+         T_copy_out_us=r["T_FA_us"] * 0.0125, T_start_and_head_starts_us=r["T_FA_us"] * 0.015)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    run tools/attention/ulysses_report.py --bench "$tmp/parts.json" --out "$tmp/parts"
+    has "$tmp/parts/table.md" "fused_both taken apart"
+    has "$tmp/parts/table.md" "| 1.0200 | .* | 1.25% | 1.50% |$"
+    [ "$(grep -c '% |$' "$tmp/parts/table.md")" = 1 ] || fail "a parts line for a row the bench did not take apart" ;;
   moe_ab)  # the A/B against the code before, again from its archive
     ab=results/h200/moe/2026-12-01-vs-before
     run tools/moe/ab_compare.py "$ab/ab.tar.xz" --a 'grid_before_*.json' --b 'grid_build_*.json' --out "$tmp/grid.md"

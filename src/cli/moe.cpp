@@ -859,9 +859,9 @@ void add_moe_command(CLI::App& app) {
   add_number(bench, "--warmup-ms", args->warmup_ms, 0, 600000, "GPU warm-up before the first timed configuration (default 1500;\n"
                                                                "the same number of forwards on every rank)");
   bench->add_flag("--warm-each", args->warm_each,
-                  "the warm-up before every implementation of every configuration, not only the first: while the next\n"
-                  "implementation is built the GPU idles and its clock rises, so without it the trials of a long layer\n"
-                  "start above the clock its power limit holds and slow down as they go");
+                  "the warm-up before every implementation of every configuration, not only the first: the GPU idles\n"
+                  "while the next implementation is built, so without it each implementation's trials start from a\n"
+                  "cooler, faster GPU than the one before's ended on");
   add_number(bench, "--trial-gap-ms", args->trial_gap_ms, 0, 10000,
              "idle time before each timed trial (default 0: back to back, the paper's protocol). A gap lets the GPU's power\n"
              "draw fall below its limit between trials, so the trials run at a higher clock: how much of a\n"

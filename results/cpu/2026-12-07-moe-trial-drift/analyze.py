@@ -45,7 +45,7 @@ def main():
     xstage = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "xstage")
     print("# The MoE bench's statistic against the schedule rule's score\n")
     print("From `results/h200/moe/2026-12-02-retune/moe_schedules.tar.xz`; the rule as shipped. Written by `analyze.py`.\n")
-    drift = {}
+    drift, slow = {}, []
     table = ["| list | statistic | rule: geomean / min | pipelined waves everywhere: geomean / min | best per shape, knowing the measurements | auto ÷ same variant: geomean, range |",
              "|---|---|---|---|---|---|"]
     for name in LISTS:
@@ -60,6 +60,12 @@ def main():
                 if t and len(t) >= 10:
                     cls = "< 1 ms" if r["median_ms"] < 1 else "1-3 ms" if r["median_ms"] < 3 else ">= 3 ms"
                     drift.setdefault(cls, []).append(st.median(t[-5:]) / st.median(t[:5]))
+        for doc in docs.values():  # auto faster than its twin under the trials' minimum: which, and the clocks after
+            for r in (doc or {}).get("results", []):
+                twin = measured.get(r["config"], {}).get(ae.variant_of(r["impl"])) if r["impl"].startswith("megamoe-auto") else None
+                if twin and r.get(T) and min(r[T]) / min(twin[T]) < 0.97:
+                    slow.append(f"| {name} | `{r['config']}` | {twin['median_ms']:.2f} | {min(r[T]) / min(twin[T]):.3f} | "
+                                f"{r['sm_clock_mhz_after'][0]:.0f} / {twin['sm_clock_mhz_after'][0]:.0f} |")
         for label, f in STATS.items():
             m = with_stat(measured, f)
             rows = ae.evaluate(m, plan)
@@ -82,6 +88,10 @@ def main():
         print(f"| {cls} | {len(x)} | {st.median(x):.3f} | {min(x):.3f}–{max(x):.3f} |")
     print("\n**The rule's score by statistic** (ratio = the best variant's time / the chosen one's):\n")
     print("\n".join(table))
+    print("\n**`auto` below 0.97 of its twin under the trials' minimum** (the twin measured before it in the same run; "
+          "the SM clock read after each series):\n")
+    print("| list | configuration | twin's median ms | min auto / min twin | clock after, auto / twin (MHz) |\n|---|---|---:|---:|---|")
+    print("\n".join(slow))
 
 
 if __name__ == "__main__":

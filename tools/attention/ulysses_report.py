@@ -17,6 +17,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from common import results  # noqa: E402
 
 
+def us(x) -> str:
+    """A time in µs, or "–" where the bench did not measure it (null in its JSON, NaN once read)."""
+    return "–" if x is None or x != x else f"{x:.1f}"
+
+
 def layer_table(bench) -> list:
     """The whole layer by each path beside FA-only, where the bench timed them (none: no lines)."""
     rows = [r for r in bench["results"] if "T_layer_fused_both_us" in r]
@@ -43,7 +48,6 @@ def parts_table(rows) -> list:
     rows = [r for r in rows if "T_copy_out_us" in r]
     if not rows:
         return []
-    fmt = lambda x: "–" if x is None else f"{x:.1f}"
     lines = ["", "fused_both taken apart, µs per call, each part timed on its own in the same run: the layer without its copy-out, "
              "the copy-out alone, the start of the call with every rank's head start alone (virtual ranks only), and the fused "
              "kernel over FA-only (fused_post's kernel, TMA path). The shares are of T_FA.", ""]
@@ -56,7 +60,7 @@ def parts_table(rows) -> list:
         lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {fa:.1f} | "
                      f"{r['layer_fused_both_over_FA_median_of_trials']:.4f} | "
                      f"{r['layer_fused_both_without_copy_out_over_FA_median_of_trials']:.4f} | {r['T_copy_out_us']:.1f} | "
-                     f"{fmt(starts)} | {fmt(None if fused is None else fused - fa)} | {share(r['T_copy_out_us'])} | {share(starts)} |")
+                     f"{us(starts)} | {us(None if fused is None else fused - fa)} | {share(r['T_copy_out_us'])} | {share(starts)} |")
     return lines
 
 
@@ -90,10 +94,9 @@ def main():
         best = min(x for x in (r["T_fused_tma_us"], r["T_fused_st_global_us"]) if x == x)
         theirs = f"{t['T_sdpa_a2a_us']:.1f}" if t else "–"
         vs = f"{t['T_sdpa_a2a_us'] / best:.2f}×" if t else "–"
-        fmt = lambda x: "–" if x != x else f"{x:.1f}"
-        lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {fmt(r['T_FA_us'])} | {fmt(r['T_A2A_us'])} | "
-                     f"{fmt(r['T_serial_us'])} | {fmt(r['T_fused_tma_us'])} | {fmt(r['T_fused_st_global_us'])} | "
-                     f"{r.get('fused_tma_over_FA_median_of_trials', float('nan')):.4f} | {fmt(r['E_res_us'])} | "
+        lines.append(f"| {r['head_dim']} | {r['heads_per_rank']} | {r['seqlen']} | {us(r['T_FA_us'])} | {us(r['T_A2A_us'])} | "
+                     f"{us(r['T_serial_us'])} | {us(r['T_fused_tma_us'])} | {us(r['T_fused_st_global_us'])} | "
+                     f"{r.get('fused_tma_over_FA_median_of_trials', float('nan')):.4f} | {us(r['E_res_us'])} | "
                      f"{100 * r['hiding']:.1f}% | {r['speedup']:.3f} | {r['predicted'].get('E_res_us', r['predicted']['E_drain_us']):.1f} | {r['predicted']['E_cc_us']:.1f} | "
                      f"{theirs} | {vs} |")
         groups.setdefault((r["head_dim"], r["heads_per_rank"]), []).append(r)

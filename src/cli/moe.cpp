@@ -550,9 +550,6 @@ HbmReference measure_hbm_reference(comm::Runtime& rt, const moe::MoeProblem& pr,
   return ref;
 }
 
-// A double for JSON: NaN (not measured, not meaningful) as null.
-nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
-
 int run_bench(comm::Runtime& rt, const MoeArgs& args) {
   const bool lead = rt.rank() == 0;
   const int P = rt.world_size();

@@ -498,7 +498,6 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
         const double t_both_no_copy = median(trials[v_both_no_copy]), t_copy_out = median(trials[v_copy_out]);
         const double both_no_copy_over_fa = median_ratio(trials[v_both_no_copy], trials[v_fa]);
         const double t_head_starts = v_head_starts < 0 ? NAN : median(trials[v_head_starts]);
-        const auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
         // Every byte the pusher moves: the other ranks' rows, and the own rows that straddling tiles read from the inbox.
         const double pushed_bytes = static_cast<double>(both->pushed_bytes().remote + both->pushed_bytes().own);
         const double best_fused = std::isnan(t_fused[0]) ? t_fused[1] : t_fused[0];
@@ -545,10 +544,11 @@ int run_bench(comm::Runtime* rt, const UlyssesArgs& args) {
                                   {"T_layer_fused_both_us", t_layer_both}, {"layer_fused_both_over_FA_median_of_trials", both_over_fa},
                                   {"input_chunks_per_source", both->input_chunks().per_source}, {"input_chunk_rows", both->input_chunks().rows},
                                   {"push_ctas", both->push_ctas()}, {"pushed_bytes", pushed_bytes},
-                                  {"T_push_alone_us", or_null(t_push)}, {"push_alone_GB_per_s", or_null(pushed_bytes / (t_push * 1e3))},
+                                  {"T_push_alone_us", number_or_null(t_push)},
+                                  {"push_alone_GB_per_s", number_or_null(pushed_bytes / (t_push * 1e3))},
                                   {"T_layer_fused_both_without_copy_out_us", t_both_no_copy},
                                   {"layer_fused_both_without_copy_out_over_FA_median_of_trials", both_no_copy_over_fa},
-                                  {"T_copy_out_us", t_copy_out}, {"T_start_and_head_starts_us", or_null(t_head_starts)},
+                                  {"T_copy_out_us", t_copy_out}, {"T_start_and_head_starts_us", number_or_null(t_head_starts)},
                                   {"ctas", K}, {"tile_b_m", kern.b_m}, {"tile_b_n", kern.b_n}, {"sigma_ns_measured", kern.sigma_ns},
                                   {"predicted", {{"E_res_us", pred_e}, {"E_drain_us", audit.points[0].E_drain_ns / 1e3},
                                                  {"E_tail_us", audit.points[0].E_tail_ns / 1e3}, {"E_cc_us", pred_ecc}, {"M_ub", audit.M_ub},

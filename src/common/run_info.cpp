@@ -1,6 +1,7 @@
 #include "common/run_info.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,8 @@ std::string utc_timestamp() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
 void write_json_file(const std::string& path, const nlohmann::json& doc, int indent) {
   const std::filesystem::path p(path);

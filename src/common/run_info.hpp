@@ -18,6 +18,9 @@ std::string utc_timestamp();
 // xstage::Error naming the path.
 void write_json_file(const std::string& path, const nlohmann::json& doc, int indent = 2);
 
+// A double for a result file: NaN (not measured, not meaningful) as null.
+nlohmann::json number_or_null(double v);
+
 // Creates a directory (and parents) or throws naming it.
 void ensure_directory(const std::string& path);
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/: common/
@@ -63,6 +64,14 @@ def load_bench(path, folder=""):
 
 def load_plan(path):
     return {c["config"]: c for c in results.load_json(path)["configs"]}
+
+
+def rule_plan(xstage, grid, ranks, overrides=()):
+    """The rule's choices for a grid, keyed like load_plan's: `xstage plan moe --grid GRID --ranks P --choose --json`
+    (CPU only), with each NAME=VALUE of `overrides` passed as --rule."""
+    cmd = [xstage, "plan", "moe", "--grid", grid, "--ranks", str(ranks), "--choose", "--json"] + sum((["--rule", o] for o in overrides), [])
+    doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return {c["config"]: c for c in doc["configs"]}
 
 
 def plan_key(config):

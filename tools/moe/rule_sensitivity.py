@@ -11,8 +11,6 @@ Usage: tools/moe/rule_sensitivity.py XSTAGE GRID BENCH [--folder NAME] [--ranks 
   --ranks the run's EP ranks P (`xstage plan moe --ranks`; default 2)
 """
 import argparse
-import json
-import subprocess
 
 import auto_eval as ev
 
@@ -54,9 +52,7 @@ def main():
              "tools/moe/auto_eval.py.", "",
              "| rule | --rule | geomean | median | min | >= 0.98 | >= 0.95 |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, overrides in VARIANTS:
-        cmd = [a.xstage, "plan", "moe", "--grid", a.grid, "--ranks", str(a.ranks), "--choose", "--json"] + sum((["--rule", o] for o in overrides), [])
-        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-        plan = {c["config"]: c for c in doc["configs"]}
+        plan = ev.rule_plan(a.xstage, a.grid, a.ranks, overrides)
         ratios = [r["ratio"] for r in ev.evaluate(measured, plan)]
         row = ev.summary_line(name, ratios)
         lines.append(row.replace(f"| {name} |", f"| {name} | {' '.join(overrides) or '–'} |", 1))

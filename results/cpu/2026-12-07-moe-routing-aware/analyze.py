@@ -13,9 +13,7 @@ below 0.95, with each routing's measured winner.
 XSTAGE (default build/xstage) gives the rule's choices (`xstage plan moe --choose --json`, CPU only)."""
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tools", "moe"), os.path.join(ROOT, "tools")]
@@ -40,10 +38,7 @@ def main():
     below = []
     for name in LISTS:
         _, measured = ae.load_bench(RUN, name)
-        with tempfile.NamedTemporaryFile("w+", suffix=".json") as plan_file:
-            subprocess.run([xstage, "plan", "moe", "--grid", os.path.join(ROOT, "configs", name + ".json"), "--ranks", "1",
-                            "--choose", "--json"], stdout=plan_file, check=True)
-            plan = ae.load_plan(plan_file.name)
+        plan = ae.rule_plan(xstage, os.path.join(ROOT, "configs", name + ".json"), 1)
         rows = ae.evaluate(measured, plan)
         swapped = []
         for r in rows:

@@ -9,13 +9,10 @@ time, and `megamoe-auto` against the same variant measured on its own (same laun
     python3 results/cpu/2026-12-07-moe-trial-drift/analyze.py [XSTAGE] > results/cpu/2026-12-07-moe-trial-drift/analysis.md
 
 XSTAGE (default build/xstage) gives the rule's choices (`xstage plan moe --choose --json`, CPU only)."""
-import json
 import math
 import os
 import statistics as st
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tools", "moe"), os.path.join(ROOT, "tools")]
@@ -50,10 +47,7 @@ def main():
              "|---|---|---|---|---|---|"]
     for name in LISTS:
         docs, measured = ae.load_bench(RUN, name)
-        with tempfile.NamedTemporaryFile("w+", suffix=".json") as plan_file:
-            subprocess.run([xstage, "plan", "moe", "--grid", os.path.join(ROOT, "configs", name + ".json"), "--ranks", "1",
-                            "--choose", "--json"], stdout=plan_file, check=True)
-            plan = ae.load_plan(plan_file.name)
+        plan = ae.rule_plan(xstage, os.path.join(ROOT, "configs", name + ".json"), 1)
         for doc in docs.values():
             for r in (doc or {}).get("results", []):
                 t = r.get("trial_max_over_ranks_ms")

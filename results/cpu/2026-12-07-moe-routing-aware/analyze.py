@@ -11,7 +11,6 @@ below 0.95, with each routing's measured winner.
     python3 results/cpu/2026-12-07-moe-routing-aware/analyze.py [XSTAGE] > results/cpu/2026-12-07-moe-routing-aware/analysis.md
 
 XSTAGE (default build/xstage) gives the rule's choices (`xstage plan moe --choose --json`, CPU only)."""
-import math
 import os
 import sys
 
@@ -21,10 +20,6 @@ import auto_eval as ae  # noqa: E402
 
 RUN = os.path.join(ROOT, "results/h200/moe/2026-12-02-retune/moe_schedules.tar.xz")
 LISTS = ["moe_grid", "moe_heldout", "moe_heldout2", "moe_heldout3"]
-
-
-def gm(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def main():
@@ -50,8 +45,8 @@ def main():
                              f"{ae.short(r['best'])} | {ae.short(r['twin_best'])} |")
         rule = [r["ratio"] for r in rows]
         blind = [r["oracle_ratio"] for r in rows]
-        print(f"| {name} | {len(rows)} | {gm(rule):.3f} / {min(rule):.3f} | {gm(blind):.3f} / {min(blind):.3f} | "
-              f"{gm(swapped):.3f} / {min(swapped):.3f} |")
+        print(f"| {name} | {len(rows)} | {ae.geomean(rule):.3f} / {min(rule):.3f} | {ae.geomean(blind):.3f} / {min(blind):.3f} | "
+              f"{ae.geomean(swapped):.3f} / {min(swapped):.3f} |")
     print("\n**Where the best routing-blind choice stays below 0.95** (its ratio there, and the measured winner of this "
           "routing and of the other):\n")
     print("| list | configuration | best routing-blind: ratio | its variant | winner here | winner, other routing |")

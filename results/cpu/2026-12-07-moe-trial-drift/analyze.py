@@ -9,7 +9,6 @@ time, and `megamoe-auto` against the same variant measured on its own (same laun
     python3 results/cpu/2026-12-07-moe-trial-drift/analyze.py [XSTAGE] > results/cpu/2026-12-07-moe-trial-drift/analysis.md
 
 XSTAGE (default build/xstage) gives the rule's choices (`xstage plan moe --choose --json`, CPU only)."""
-import math
 import os
 import statistics as st
 import sys
@@ -32,10 +31,6 @@ STATS = {  # each of a result's statistics, in ms (the last in ms at 1 GHz: the 
 
 def with_stat(measured, f):
     return {c: {v: dict(r, median_ms=f(r)) for v, r in by.items()} for c, by in measured.items()}
-
-
-def gm(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def main():
@@ -73,8 +68,8 @@ def main():
                         twin = m.get(r["config"], {}).get(ae.variant_of(r["impl"]))
                         if twin:
                             pairs.append(f(r) / twin["median_ms"])
-            table.append(f"| {name} | {label} | {gm(rule):.3f} / {min(rule):.3f} | {gm(fixed):.3f} / {min(fixed):.3f} | "
-                         f"{gm(oracle):.3f} / {min(oracle):.3f} | {gm(pairs):.3f}, {min(pairs):.3f}–{max(pairs):.3f} |")
+            table.append(f"| {name} | {label} | {ae.geomean(rule):.3f} / {min(rule):.3f} | {ae.geomean(fixed):.3f} / {min(fixed):.3f} | "
+                         f"{ae.geomean(oracle):.3f} / {min(oracle):.3f} | {ae.geomean(pairs):.3f}, {min(pairs):.3f}–{max(pairs):.3f} |")
     print("**Drift within a series** (median of the last 5 trials over the first 5, every variant of every list):\n")
     print("| layer time | series | median | range |\n|---|---:|---:|---|")
     for cls in ("< 1 ms", "1-3 ms", ">= 3 ms"):

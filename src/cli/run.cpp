@@ -43,8 +43,8 @@ int run(int argc, char** argv) {
       "xstage — X-Stage calibration and Burst–Gap planning for GPU-initiated remote stores.\n"
       "  calibrate  measure T_iss0, R and Q of one-sided NVLink stores on this machine\n"
       "  plan       predict back-pressure for a burst pattern or a fused kernel\n"
-      "  attention  Hopper FlashAttention forward: correctness check and benchmark\n"
-      "  moe        expert-parallel MoE layer (unfused NCCL + cuBLAS baseline): check and benchmark",
+      "  attention  Hopper FlashAttention forward and the Ulysses layer (serial, fused_post, fused_both): check and benchmark\n"
+      "  moe        expert-parallel MoE layer (the fused MegaMoE kernel and the unfused NCCL + cuBLAS baseline): check and benchmark",
       "xstage"};
   // Set before the subcommands exist: they copy it. Every usage error reads like every other input error.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
